@@ -1,0 +1,51 @@
+# poslab — the commands a user needs. `make help` lists them.
+PYTHON   ?= python3
+VENV     ?= .venv
+BIN      := $(VENV)/bin
+MODALITY ?= vision
+ENCODER  ?=
+ARGS     ?=
+CKPT     ?=
+# pytest exits 5 when it collects nothing: treat that as a failure, never as green.
+PYTEST    = $(BIN)/python -m pytest
+RUN_PYTEST = rc=0; $(PYTEST) $(1) || rc=$$?; if [ $$rc -eq 5 ]; then echo "pytest collected no tests" >&2; exit 1; fi; exit $$rc
+
+.DEFAULT_GOAL := help
+.PHONY: help install test test-slow test-all train eval clean
+
+help: ## list targets, modalities and encoders
+	@echo "poslab — position encoders compared on text, image patches and time series"
+	@echo
+	@echo "targets:"
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
+	@echo
+	@echo "variables: MODALITY=$(MODALITY) ENCODER=<name> ARGS=\"key=value ...\" CKPT=<path>"
+	@echo
+	@if [ -x $(BIN)/poslab ]; then echo "modalities and encoders (hooks they use):"; $(BIN)/poslab list | sed 's/^/  /'; \
+	else echo "(run 'make install' to list modalities and encoders)"; fi
+
+install: ## create .venv and install poslab with its dev tools (torch pinned)
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --upgrade pip
+	$(BIN)/pip install torch==2.14.1 torchvision==0.29.1
+	$(BIN)/pip install -e '.[dev]'
+
+test: ## fast test tier (< 5 min on 2 CPU cores)
+	@$(call RUN_PYTEST,-q)
+
+test-slow: ## only the slow tier (full-length training checks)
+	@$(call RUN_PYTEST,-q -m slow)
+
+test-all: ## every test that needs no network
+	@$(call RUN_PYTEST,-q -m "not network")
+
+train: ## train one model: MODALITY=vision ENCODER=rope2d ARGS="seed=1 trainer.max_epochs=5"
+	$(BIN)/poslab train modality=$(MODALITY) $(if $(ENCODER),encoder=$(ENCODER)) $(ARGS)
+
+eval: ## re-evaluate a checkpoint: CKPT=runs/vision/<run>/checkpoints/best.ckpt ARGS="data.image_size=56"
+	@if [ -z "$(CKPT)" ]; then echo "make eval needs CKPT=<path to a .ckpt>" >&2; exit 2; fi
+	$(BIN)/poslab eval ckpt=$(CKPT) $(ARGS)
+
+clean: ## remove runs, W&B files, reports and caches (keeps .venv and data/)
+	rm -rf runs wandb reports lightning_logs .pytest_cache
+	find . -name __pycache__ -type d -not -path './$(VENV)/*' -prune -exec rm -rf {} +

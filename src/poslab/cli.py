@@ -1,0 +1,110 @@
+"""``poslab`` command line: parse, compose the config, call :func:`poslab.train.train`.
+
+Kept import-light: Lightning, torchvision and W&B load only inside the
+commands that need them, so ``poslab --help`` answers at once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from poslab.errors import PoslabError
+
+EPILOG = """\
+examples:
+  poslab train                                   vision, default encoder (sincos2d)
+  poslab train encoder=rope2d seed=1             another encoder and seed
+  poslab train modality=vision data=fashion_mnist trainer.max_epochs=5
+  poslab train logger=csv                        no W&B; logger.mode=offline|disabled also work
+  poslab train --print-config encoder=learned2d  show the resolved config and exit
+  poslab eval ckpt=runs/vision/<run>/checkpoints/best.ckpt data.image_size=56 data.coords=raw
+  poslab list                                    modalities and their encoders
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="poslab",
+        description="Train small transformers with pluggable position encoders and compare them.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sub = parser.add_subparsers(dest="command", metavar="{train,eval,list}")
+    train = sub.add_parser("train", help="train one model (key=value overrides)")
+    train.add_argument("overrides", nargs="*", metavar="key=value")
+    train.add_argument("--print-config", action="store_true", help="print the resolved config and exit")
+    evaluate = sub.add_parser("eval", help="re-evaluate a checkpoint: ckpt=PATH [key=value ...]")
+    evaluate.add_argument("overrides", nargs="*", metavar="key=value")
+    listing = sub.add_parser("list", help="list modalities and the encoders that fit each")
+    listing.add_argument("modality", nargs="?")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 0
+    try:
+        return {"train": _train, "eval": _eval, "list": _list}[args.command](args)
+    except PoslabError as exc:
+        print(f"poslab: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("poslab: interrupted", file=sys.stderr)
+        return 130
+
+
+def _train(args: argparse.Namespace) -> int:
+    from poslab.config import compose, to_yaml
+
+    cfg = compose(args.overrides)
+    if args.print_config:
+        print(to_yaml(cfg), end="")
+        return 0
+    from poslab.train import train
+
+    _report(train(cfg))
+    return 0
+
+
+def _eval(args: argparse.Namespace) -> int:
+    ckpts = [o for o in args.overrides if o.startswith("ckpt=")]
+    if len(ckpts) != 1:
+        raise PoslabError("poslab eval needs exactly one ckpt=PATH")
+    from poslab.train import evaluate
+
+    _report(evaluate(ckpts[0].split("=", 1)[1], [o for o in args.overrides if o not in ckpts]))
+    return 0
+
+
+def _list(args: argparse.Namespace) -> int:
+    from poslab.config import group_choices
+    from poslab.encoders import available_encoders, encoder_class
+
+    modalities = [args.modality] if args.modality else group_choices("modality")
+    for modality in modalities:
+        names = available_encoders(modality)
+        print(f"{modality}: " + ", ".join(f"{n} ({'+'.join(encoder_class(n).hooks()) or 'no hooks'})" for n in names))
+    return 0
+
+
+def _report(summary: dict) -> None:
+    """The lines a user needs at the end of a run."""
+    metrics = summary["metrics"]
+    shown = {k: v for k, v in metrics.items() if k.startswith("test/") and not k.endswith("per_class")}
+    print(f"\nrun directory: {summary['run_dir']}")
+    print("metrics: " + ", ".join(f"{k}={v:.4f}" for k, v in sorted(shown.items())))
+    print(f"wall time: {summary['wall_time_s']:.1f} s, summary: {summary['run_dir']}/summary.json")
+    wandb = summary["wandb"]
+    if wandb["sync_command"]:
+        print(f"W&B ran offline; to upload: {wandb['sync_command']}")
+    elif wandb["url"]:
+        print(f"W&B: {wandb['url']}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

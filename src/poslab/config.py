@@ -1,0 +1,304 @@
+"""Compose and validate a run's config (OmegaConf).
+
+Composition order, later wins::
+
+    train.yaml -> modality/<m>.yaml -> encoder/<e>.yaml, logger/<l>.yaml,
+    trainer/<t>.yaml -> experiment/<x>.yaml -> key=value overrides
+
+Any YAML may hold a ``defaults:`` mapping that selects groups
+(``encoder: sincos2d``); precedence: command line > experiment > modality >
+train.yaml. ``group=name`` on the command line selects a group; ``data=mnist``
+(a key whose node has a ``name``) is short for ``data.name=mnist``.
+The result is checked against :mod:`poslab.schema`: an unknown key or a wrong
+type is a :class:`~poslab.errors.ConfigError` naming the full key.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import types
+import typing
+from pathlib import Path
+from typing import Any, Literal, Union
+
+from omegaconf import DictConfig, ListConfig, OmegaConf, SCMode
+from omegaconf.errors import OmegaConfBaseException
+
+from poslab.errors import ConfigError, did_you_mean
+
+#: Groups chosen by name (a YAML file each under ``configs/<group>/``).
+GROUPS = ("modality", "encoder", "experiment", "logger", "trainer")
+#: Groups whose YAML becomes a config node of the same name.
+NODE_GROUPS = ("encoder", "logger", "trainer")
+
+
+def config_dir() -> Path:
+    """``$POSLAB_CONFIG_DIR`` or the repository's ``configs/`` (editable install)."""
+    env = os.environ.get("POSLAB_CONFIG_DIR")
+    return Path(env) if env else Path(__file__).resolve().parents[2] / "configs"
+
+
+def group_choices(group: str) -> list[str]:
+    folder = config_dir() / group
+    return sorted(p.stem for p in folder.glob("*.yaml")) if folder.is_dir() else []
+
+
+def load_yaml(path: Path) -> DictConfig:
+    try:
+        cfg = OmegaConf.load(path)
+    except FileNotFoundError:
+        raise ConfigError(f"config file {path} does not exist") from None
+    except Exception as exc:  # YAML syntax errors
+        raise ConfigError(f"cannot read {path}: {str(exc).splitlines()[0]}") from None
+    if not isinstance(cfg, DictConfig):
+        raise ConfigError(f"{path} must hold a mapping at the top level")
+    return cfg
+
+
+def load_group(group: str, choice: str) -> DictConfig:
+    path = config_dir() / group / f"{choice}.yaml"
+    if not path.is_file():
+        valid = group_choices(group)
+        raise ConfigError(f"unknown {group} '{choice}'{did_you_mean(choice, valid)}; valid: {', '.join(valid)}")
+    return load_yaml(path)
+
+
+# -- overrides ---------------------------------------------------------------
+@dataclasses.dataclass
+class Overrides:
+    """``key=value`` strings split into group selections and dotted values."""
+
+    selections: dict[str, str | None]
+    values: list[tuple[str, Any]]
+
+    @classmethod
+    def parse(cls, items: list[str] | tuple[str, ...]) -> Overrides:
+        selections: dict[str, str | None] = {}
+        values: list[tuple[str, Any]] = []
+        for item in items:
+            key, sep, raw = item.partition("=")
+            key = key.strip()
+            if not sep or not key:
+                raise ConfigError(f"override '{item}' is not key=value")
+            try:
+                value = OmegaConf.to_container(OmegaConf.from_dotlist([f"_={raw}"]))["_"]
+            except OmegaConfBaseException as exc:
+                raise ConfigError(f"cannot parse the value of '{item}': {exc.msg.splitlines()[0]}") from None
+            if key in GROUPS:
+                if value is not None and not isinstance(value, str):
+                    raise ConfigError(f"'{key}' selects a config file by name, got {raw!r}")
+                selections[key] = value
+            else:
+                values.append((key, value))
+        return cls(selections, values)
+
+    def dotlist_config(self, base: DictConfig) -> DictConfig:
+        """The dotted values as a config; ``data=x`` becomes ``data.name=x``."""
+        out = OmegaConf.create()
+        for key, value in self.values:
+            node = base.get(key) if "." not in key else None
+            if isinstance(node, DictConfig) and "name" in node and not isinstance(value, dict):
+                key = f"{key}.name"
+            OmegaConf.update(out, key, value, force_add=True)
+        return out
+
+
+# -- composition ---------------------------------------------------------------
+def compose(overrides: list[str] | tuple[str, ...] = ()) -> DictConfig:
+    """Compose ``train.yaml`` + groups + overrides and validate the result."""
+    cli = Overrides.parse(overrides)
+    base = load_yaml(config_dir() / "train.yaml")
+    chain = [_pop_defaults(base)]  # lowest precedence first
+
+    experiment = cli.selections.get("experiment", chain[0].get("experiment"))
+    exp_cfg = load_group("experiment", experiment) if experiment else OmegaConf.create()
+    exp_defaults = _pop_defaults(exp_cfg)
+
+    modality = cli.selections.get("modality") or exp_defaults.get("modality") or chain[0].get("modality")
+    if not modality:
+        raise ConfigError("no modality selected; pass modality=<name>")
+    mod_cfg = load_group("modality", modality)
+    chain += [_pop_defaults(mod_cfg), exp_defaults, cli.selections]
+
+    def select(group: str) -> str | None:
+        chosen = None
+        for layer in chain:
+            if group in layer:
+                chosen = layer[group]
+        return chosen
+
+    from poslab.encoders import encoder_class
+
+    encoder = select("encoder")
+    if not encoder:
+        raise ConfigError(f"modality '{modality}' has no default encoder; pass encoder=<name>")
+    encoder_class(encoder, modality)  # unknown / unfit encoder: clear error
+
+    cfg = OmegaConf.merge(
+        base,
+        {"modality": modality, "experiment": experiment},
+        mod_cfg,
+        *({group: load_group(group, select(group))} for group in NODE_GROUPS),
+        exp_cfg,
+    )
+    cfg = OmegaConf.merge(cfg, cli.dotlist_config(cfg))
+    return validate(cfg)
+
+
+#: What a checkpoint's weights depend on: evaluation cannot change these.
+FIXED_BY_CHECKPOINT = ("modality", "experiment", "task", "encoder", "model", "optim")
+
+
+def recompose(stored: dict, overrides: list[str] | tuple[str, ...] = ()) -> DictConfig:
+    """A stored (checkpoint) config with overrides of data, trainer, logger, run and seed."""
+    cli = Overrides.parse(overrides)
+    for key in [*cli.selections, *(k for k, _ in cli.values)]:
+        if key.split(".", 1)[0] in FIXED_BY_CHECKPOINT:
+            raise ConfigError(
+                f"'{key}' is fixed by the checkpoint; evaluation may change data.*, trainer, logger, run.* and seed"
+            )
+    cfg = OmegaConf.create(stored)
+    cfg = OmegaConf.merge(cfg, *({g: load_group(g, c)} for g, c in cli.selections.items() if c))
+    cfg = OmegaConf.merge(cfg, cli.dotlist_config(cfg))
+    return validate(cfg)
+
+
+def _pop_defaults(cfg: DictConfig) -> dict[str, Any]:
+    raw = cfg.pop("defaults", None)
+    defaults = OmegaConf.to_container(raw) if raw is not None else {}
+    if not isinstance(defaults, dict) or set(defaults) - set(GROUPS):
+        raise ConfigError(f"'defaults' must map groups ({', '.join(GROUPS)}) to names, got {defaults}")
+    return defaults
+
+
+# -- validation --------------------------------------------------------------------
+def validate(cfg: DictConfig) -> DictConfig:
+    """Check ``cfg`` against the schema of its modality and encoder; return it typed."""
+    from poslab.encoders import encoder_class, encoder_options
+    from poslab.schema import MODALITY_SCHEMAS, encoder_schema, root_schema
+
+    modality = cfg.get("modality")
+    if modality not in MODALITY_SCHEMAS:
+        valid = sorted(MODALITY_SCHEMAS)
+        raise ConfigError(f"unknown modality '{modality}'{did_you_mean(str(modality), valid)}; valid: {', '.join(valid)}")
+    encoder = OmegaConf.select(cfg, "encoder.name")
+    encoder_class(encoder, modality)
+    schema = root_schema(modality, encoder_schema(encoder, _resolved_options(encoder_options(encoder), encoder)))
+    structured = OmegaConf.structured(schema)
+    _check_keys(cfg, structured, "")
+    try:
+        merged = OmegaConf.merge(structured, cfg)
+    except OmegaConfBaseException as exc:
+        raise _type_error(exc, cfg, structured, schema) from None
+    missing = sorted(OmegaConf.missing_keys(merged))
+    if missing:
+        raise ConfigError(f"config key '{missing[0]}' has no value; set it with {missing[0]}=...")
+    try:
+        OmegaConf.resolve(merged)
+    except OmegaConfBaseException as exc:
+        raise ConfigError(f"cannot resolve config key '{exc.full_key}': {exc.msg.splitlines()[0]}") from None
+    return merged
+
+
+def _resolved_options(options: dict, encoder: str) -> dict:
+    """Evaluate string annotations (``from __future__ import annotations``) to types."""
+    from poslab.encoders import encoder_class
+
+    hints = typing.get_type_hints(encoder_class(encoder).__init__)
+    return {k: p.replace(annotation=_normalise(hints.get(k, p.annotation))) for k, p in options.items()}
+
+
+def _normalise(annotation: Any) -> Any:
+    """``X | None`` (types.UnionType) -> ``typing.Union`` that OmegaConf understands."""
+    if isinstance(annotation, types.UnionType):
+        return Union[tuple(_normalise(a) for a in annotation.__args__)]  # noqa: UP007
+    return annotation
+
+
+def _check_keys(cfg: DictConfig, schema: DictConfig, prefix: str) -> None:
+    """Unknown keys anywhere in ``cfg``, reported with the closest valid key."""
+    known = list(schema.keys())  # `in` treats MISSING values as absent
+    for key in cfg:
+        full = f"{prefix}{key}"
+        if key not in known:
+            valid = [f"{prefix}{k}" for k in known]
+            raise ConfigError(f"unknown config key '{full}'{did_you_mean(full, valid)}")
+        child, child_schema = cfg._get_node(key), schema._get_node(key)
+        if isinstance(child, DictConfig) and isinstance(child_schema, DictConfig) and not child._is_none():
+            _check_keys(child, child_schema, f"{full}.")
+
+
+def _type_error(exc: OmegaConfBaseException, cfg: DictConfig, structured: DictConfig, schema: type) -> ConfigError:
+    key = exc.full_key or _first_bad_leaf(cfg, structured)
+    if not key:
+        return ConfigError(f"invalid config: {str(exc).splitlines()[0]}")
+    value = OmegaConf.select(cfg, key)
+    if isinstance(value, (DictConfig, ListConfig)):
+        value = OmegaConf.to_container(value)
+    return ConfigError(f"config key '{key}' expects {describe_type(_field_type(schema, key))}, got {value!r}")
+
+
+def _first_bad_leaf(cfg: DictConfig, structured: DictConfig) -> str | None:
+    """When OmegaConf does not say which key failed (tuples), try each leaf alone."""
+    for path, value in _leaves(OmegaConf.to_container(cfg)):
+        patch = OmegaConf.create()
+        OmegaConf.update(patch, path, value, force_add=True)
+        try:
+            OmegaConf.merge(structured, patch)
+        except OmegaConfBaseException:
+            return path
+    return None
+
+
+def _leaves(node: Any, prefix: str = ""):
+    if isinstance(node, dict) and node:
+        for key, value in node.items():
+            yield from _leaves(value, f"{prefix}{key}.")
+    else:
+        yield prefix.rstrip("."), node
+
+
+def _field_type(schema: type, key: str) -> Any:
+    current: Any = schema
+    for part in key.split("."):
+        hints = typing.get_type_hints(current) if dataclasses.is_dataclass(current) else {}
+        if part not in hints:
+            return Any
+        current = hints[part]
+    return current
+
+
+def describe_type(annotation: Any) -> str:
+    """A type hint as words: ``int or null``, ``one of 'raw', 'rescaled'``."""
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin is Literal:
+        return "one of " + ", ".join(repr(a) for a in args)
+    if origin is Union:
+        parts = [describe_type(a) for a in args if a is not type(None)]
+        return " or ".join(parts) + (" or null" if type(None) in args else "")
+    if origin in (tuple, list):
+        if origin is tuple:
+            return "a list [" + ", ".join(describe_type(a) for a in args) + "]"
+        return f"a list of {describe_type(args[0]) if args else 'values'}"
+    if dataclasses.is_dataclass(annotation):
+        return "a mapping"
+    return getattr(annotation, "__name__", str(annotation))
+
+
+def to_yaml(cfg: DictConfig) -> str:
+    return OmegaConf.to_yaml(cfg)
+
+
+def to_dict(cfg: DictConfig) -> dict:
+    """Plain containers (safe for JSON, W&B and ``torch.load(weights_only=True)``)."""
+    container = OmegaConf.to_container(cfg, resolve=True, structured_config_mode=SCMode.DICT)
+    return _plain(container)
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value

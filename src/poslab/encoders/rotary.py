@@ -1,0 +1,62 @@
+"""Rotation math shared by the RoPE family (pure functions, no parameters).
+
+Two pair layouts exist and are *not* interchangeable (transformers#25199):
+
+* ``interleaved`` — adjacent pairs ``(x0, x1), (x2, x3), …``: the original
+  RoFormer / GPT-J / Meta / rope-vit layout, equal to multiplying
+  ``x0 + i·x1`` by ``exp(i·θ)``.
+* ``half`` — pairs ``(x_j, x_{j+R})``: GPT-NeoX / Hugging Face ``rotate_half``.
+
+Either is a valid RoPE as long as queries and keys use the same one.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Literal
+
+import torch
+
+Layout = Literal["interleaved", "half"]
+LAYOUTS: tuple[str, ...] = ("interleaved", "half")
+
+
+def rotation_angles(pos: torch.Tensor, inv_freq: torch.Tensor) -> torch.Tensor:
+    """``pos ⊗ inv_freq`` reduced modulo 2π, returned in float32.
+
+    Angles are formed in float64 and reduced before the cast: float32 angles
+    near 1e5 lose ~1e-3 rad, and cos/sin of unreduced float16 angles are badly
+    wrong at large positions (gpt-neox#1003, transformers#29285).
+    """
+    angles = pos.to(torch.float64)[..., None] * inv_freq.to(torch.float64)
+    return torch.remainder(angles, 2 * math.pi).to(torch.float32)
+
+
+def apply_rotary(x: torch.Tensor, angles: torch.Tensor, layout: Layout = "interleaved") -> torch.Tensor:
+    """Rotate the first ``2R`` channels of ``x`` by ``angles`` (``[..., L, R]``).
+
+    RoFormer (Su et al. 2021) eq. 34: each channel pair ``(a, b)`` becomes
+    ``(a·cosθ − b·sinθ, a·sinθ + b·cosθ)``. Channels past ``2R`` pass through
+    unchanged (partial rotary). ``angles`` must broadcast against
+    ``x[..., :R]``. The rotation runs in float32 and is cast back to x's dtype.
+    """
+    rot = 2 * angles.shape[-1]
+    if rot > x.shape[-1]:
+        raise ValueError(f"{rot} rotary channels exceed head dim {x.shape[-1]}")
+    cos, sin = angles.cos(), angles.sin()
+    xr = x[..., :rot].float()
+    if layout == "interleaved":
+        a, b = xr[..., 0::2], xr[..., 1::2]
+        out = torch.stack((a * cos - b * sin, a * sin + b * cos), dim=-1).flatten(-2)
+    elif layout == "half":
+        a, b = xr[..., : rot // 2], xr[..., rot // 2 :]
+        out = torch.cat((a * cos - b * sin, a * sin + b * cos), dim=-1)
+    else:
+        raise ValueError(f"unknown rotary layout '{layout}'; valid: {', '.join(LAYOUTS)}")
+    out = out.to(x.dtype)
+    return out if rot == x.shape[-1] else torch.cat((out, x[..., rot:]), dim=-1)
+
+
+def per_token_angles(angles: torch.Tensor) -> torch.Tensor:
+    """Insert the head axis into shared angles: ``[L, R]`` stays, ``[B, L, R] -> [B, 1, L, R]``."""
+    return angles.unsqueeze(-3) if angles.dim() == 3 else angles

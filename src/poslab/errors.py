@@ -1,0 +1,35 @@
+"""User-facing errors.
+
+Anything raised as a :class:`PoslabError` is bad *input* (a config key, a CLI
+flag, a data file): the CLI prints its message as one line and exits non-zero,
+never a traceback. Bugs stay ordinary exceptions so they keep their traceback.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
+
+
+class PoslabError(Exception):
+    """Bad user input; the message is one self-contained line."""
+
+
+class ConfigError(PoslabError):
+    """An invalid configuration: unknown key, wrong type, unknown choice."""
+
+
+class DataError(PoslabError):
+    """A data file that is missing, corrupt or fails its checksum."""
+
+
+def closest(word: str, choices: Iterable[str]) -> str | None:
+    """The closest valid spelling of ``word``, or None when nothing is close."""
+    matches = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.5)
+    return matches[0] if matches else None
+
+
+def did_you_mean(word: str, choices: Iterable[str]) -> str:
+    """`` (did you mean 'x'?)`` or an empty string."""
+    match = closest(word, choices)
+    return f" (did you mean '{match}'?)" if match else ""

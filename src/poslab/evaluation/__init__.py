@@ -1,0 +1,1 @@
+"""Probes of what an encoder does, independent of training."""

@@ -1,0 +1,150 @@
+"""Experiment loggers: W&B by default, CSV / TensorBoard presets, or none.
+
+W&B facts this module is built around (wandb 0.31, Lightning 2.6):
+
+* the mode is passed to the logger explicitly, so it wins over ``WANDB_MODE``;
+* ``auto`` = online when credentials exist, otherwise offline;
+* every run ends with ``wandb.finish()`` then ``wandb.teardown()``: without
+  finish the next logger in the process reuses the run (Lightning #5212), and
+  offline files are complete only after teardown.
+"""
+
+from __future__ import annotations
+
+import netrc
+import os
+import shlex
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+from matplotlib.figure import Figure
+
+from poslab.plots import save_figure
+
+WANDB_MODES = ("online", "offline", "disabled")
+
+
+def wandb_credentials_present() -> bool:
+    """An API key in the environment or a netrc entry for the W&B host."""
+    if os.environ.get("WANDB_API_KEY"):
+        return True
+    host = urlparse(os.environ.get("WANDB_BASE_URL", "https://api.wandb.ai")).hostname
+    path = os.environ.get("NETRC", str(Path.home() / ".netrc"))
+    try:
+        return netrc.netrc(path).authenticators(host) is not None
+    except (FileNotFoundError, netrc.NetrcParseError, OSError):
+        return False
+
+
+def resolve_wandb_mode(mode: str) -> str:
+    """``auto`` -> ``WANDB_MODE`` when set, else online with credentials, offline without."""
+    if mode != "auto":
+        return mode
+    env = os.environ.get("WANDB_MODE", "").lower()
+    if env in WANDB_MODES:
+        return env
+    if env == "dryrun":
+        return "offline"
+    return "online" if wandb_credentials_present() else "offline"
+
+
+def wandb_group(cfg: Any) -> str:
+    """One group per (modality, task, encoder), so seeds aggregate in the dashboard."""
+    return cfg.logger.group or f"{cfg.modality}-{cfg.task.name}-{cfg.encoder.name}"
+
+
+def flat_columns(cfg: Any) -> dict[str, Any]:
+    """The columns a W&B table of runs is sorted and grouped by."""
+    return {
+        "encoder": cfg.encoder.name,
+        "modality": cfg.modality,
+        "task": cfg.task.name,
+        "seed": cfg.seed,
+        "experiment": cfg.experiment,
+        "dataset": cfg.data.name,
+    }
+
+
+def build_logger(cfg: Any, run_dir: Path, run_name: str, job_type: str = "train"):
+    """The Lightning logger for ``cfg.logger`` (None for ``logger=none``)."""
+    kind = cfg.logger.name
+    if kind == "none":
+        return None
+    if kind == "csv":
+        from lightning.pytorch.loggers import CSVLogger
+
+        return CSVLogger(save_dir=run_dir, name="csv", version="")
+    if kind == "tensorboard":
+        from lightning.pytorch.loggers import TensorBoardLogger
+
+        return TensorBoardLogger(save_dir=run_dir, name="tensorboard", version="", default_hp_metric=False)
+    from lightning.pytorch.loggers import WandbLogger
+
+    mode = resolve_wandb_mode(cfg.logger.mode)
+    tags = [cfg.modality, cfg.task.name, cfg.encoder.name, *cfg.logger.tags]
+    if cfg.experiment:
+        tags.append(f"experiment:{cfg.experiment}")
+    logger = WandbLogger(
+        name=run_name,
+        save_dir=str(run_dir),
+        project=cfg.logger.project,
+        entity=cfg.logger.entity,
+        group=wandb_group(cfg),
+        job_type=job_type,
+        tags=sorted(set(tags)),
+        notes=cfg.logger.notes,
+        log_model=cfg.logger.log_model and mode == "online",
+        mode=mode,
+        config=flat_columns(cfg),
+    )
+    logger.experiment  # start the run now (Lightning also sets trainer/global_step as x-axis)  # noqa: B018
+    return logger
+
+
+def is_wandb(logger: Any) -> bool:
+    return type(logger).__name__ == "WandbLogger"
+
+
+def wandb_info(logger: Any, mode: str) -> dict[str, Any]:
+    """``summary.json``'s ``wandb`` entry: mode, local run folder, URL, sync command.
+
+    ``mode`` is the resolved ``logger.mode``; without a W&B logger every field is None.
+    """
+    if not is_wandb(logger):
+        return {"mode": None, "dir": None, "url": None, "path": None, "sync_command": None}
+    run = logger.experiment
+    run_dir = str(Path(run.dir).parent) if mode != "disabled" and getattr(run, "dir", None) else None
+    url = getattr(run, "url", None) if mode == "online" else None
+    path = getattr(run, "path", None) if mode == "online" else None
+    sync = f"wandb sync {shlex.quote(run_dir)}" if mode == "offline" and run_dir else None
+    return {"mode": mode, "dir": run_dir, "url": url, "path": "/".join(path) if isinstance(path, list) else path, "sync_command": sync}
+
+
+def log_figure(logger: Any, key: str, fig: Figure, path: Path) -> Path:
+    """Save ``fig`` as PNG and hand it to the logger (W&B image, TensorBoard figure)."""
+    save_figure(fig, path)
+    if is_wandb(logger):
+        logger.log_image(key=key, images=[str(path)])
+    elif type(logger).__name__ == "TensorBoardLogger":
+        logger.experiment.add_figure(key, fig)
+    return path
+
+
+def log_table(logger: Any, key: str, columns: list[str], rows: list[list[Any]]) -> None:
+    if is_wandb(logger):
+        logger.log_table(key=key, columns=columns, data=rows)
+
+
+def finish_logger(logger: Any) -> None:
+    """Close the run so the next one in this process is separate, and flush its files."""
+    if logger is None:
+        return
+    if is_wandb(logger):
+        import wandb
+
+        if logger._experiment is not None:
+            logger.experiment.finish()
+        wandb.teardown()
+    else:
+        logger.finalize("success")

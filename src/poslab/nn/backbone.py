@@ -1,0 +1,78 @@
+"""Pre-norm transformer that calls the encoder's three hooks.
+
+The backbone owns the encoder (so its parameters train and checkpoint with
+the model) but never names one: it calls ``encode_input`` on the positioned
+tokens, ``attention_bias`` once per forward pass (shared by every layer,
+broadcast over the batch) and ``rotate`` inside each attention layer.
+Prefix tokens (a class token) carry no position: no embedding, no rotation,
+zero bias.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from poslab.encoders.base import PositionEncoder
+from poslab.nn.attention import SelfAttention
+from poslab.positions import Positions
+
+
+class TransformerBlock(nn.Module):
+    def __init__(self, dim: int, num_heads: int, mlp_ratio: float = 4.0, dropout: float = 0.0) -> None:
+        super().__init__()
+        hidden = int(dim * mlp_ratio)
+        self.norm1 = nn.LayerNorm(dim)
+        self.attn = SelfAttention(dim, num_heads, dropout=dropout)
+        self.norm2 = nn.LayerNorm(dim)
+        self.mlp = nn.Sequential(
+            nn.Linear(dim, hidden), nn.GELU(), nn.Dropout(dropout), nn.Linear(hidden, dim), nn.Dropout(dropout)
+        )
+
+    def forward(self, x, encoder, pos, mask=None, num_prefix_tokens=0, causal=False):
+        x = x + self.attn(self.norm1(x), encoder, pos, mask, num_prefix_tokens, causal)
+        return x + self.mlp(self.norm2(x))
+
+
+class Transformer(nn.Module):
+    """A stack of pre-norm blocks with a final LayerNorm."""
+
+    def __init__(
+        self,
+        encoder: PositionEncoder,
+        *,
+        dim: int,
+        depth: int,
+        num_heads: int,
+        mlp_ratio: float = 4.0,
+        dropout: float = 0.0,
+        causal: bool = False,
+    ) -> None:
+        super().__init__()
+        self.encoder = encoder
+        self.causal = causal
+        self.blocks = nn.ModuleList(TransformerBlock(dim, num_heads, mlp_ratio, dropout) for _ in range(depth))
+        self.norm = nn.LayerNorm(dim)
+
+    def forward(self, x: torch.Tensor, pos: Positions | torch.Tensor, num_prefix_tokens: int = 0) -> torch.Tensor:
+        """``x [B, L, D]`` with the first ``num_prefix_tokens`` tokens unpositioned."""
+        p = num_prefix_tokens
+        x = torch.cat((x[:, :p], self.encoder.encode_input(x[:, p:], pos)), dim=1) if p else self.encoder.encode_input(x, pos)
+        mask = self.attention_mask(pos, x.shape[1], p, x.dtype, x.device)
+        for block in self.blocks:
+            x = block(x, self.encoder, pos, mask, p, self.causal)
+        return self.norm(x)
+
+    def attention_mask(self, pos, length: int, num_prefix_tokens: int, dtype, device) -> torch.Tensor | None:
+        """The encoder's bias (zero for prefix tokens) plus the causal mask, once per forward."""
+        bias = self.encoder.attention_bias(pos, pos)
+        if bias is None:
+            return None
+        bias = F.pad(bias.to(device=device, dtype=dtype), (num_prefix_tokens, 0, num_prefix_tokens, 0))
+        if bias.dim() == 3:  # [H, L, L] -> [1, H, L, L], broadcast over the batch
+            bias = bias.unsqueeze(0)
+        if self.causal:
+            future = torch.ones(length, length, dtype=torch.bool, device=device).triu(1)
+            bias = bias.masked_fill(future, float("-inf"))
+        return bias

@@ -1,0 +1,59 @@
+"""Matplotlib figures a run saves as PNG and logs to the experiment tracker."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only; never needs a display
+import matplotlib.pyplot as plt  # noqa: E402
+import torch  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
+from matplotlib.ticker import MaxNLocator  # noqa: E402
+
+
+def similarity_figure(scores: torch.Tensor, grid: tuple[int, int] | None, title: str) -> Figure:
+    """Heatmap of ``[L, L]`` position scores, plus the centre token's row on the patch grid."""
+    panels = 2 if grid else 1
+    fig, axes = plt.subplots(1, panels, figsize=(5.2 * panels, 4.4), squeeze=False)
+    ax = axes[0, 0]
+    im = ax.imshow(scores.numpy(), cmap="viridis")
+    ax.set(title="score(i, j) from position alone", xlabel="key token j", ylabel="query token i")
+    fig.colorbar(im, ax=ax, fraction=0.046)
+    if grid:
+        gh, gw = grid
+        centre = (gh // 2) * gw + gw // 2
+        ax = axes[0, 1]
+        im = ax.imshow(scores[centre].reshape(gh, gw).numpy(), cmap="viridis")
+        ax.plot([gw // 2], [gh // 2], marker="x", color="red")
+        ax.set(title=f"score(centre patch, j) on the {gh}x{gw} grid", xlabel="column", ylabel="row")
+        fig.colorbar(im, ax=ax, fraction=0.046)
+    for ax in axes.flat:
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+    fig.suptitle(title)
+    fig.tight_layout()
+    return fig
+
+
+def per_class_figure(names: Sequence[str], values: Sequence[float], title: str) -> Figure:
+    fig, ax = plt.subplots(figsize=(max(4.0, 0.55 * len(names)), 3.4))
+    ax.bar(range(len(names)), values, color="tab:blue")
+    ax.set_xticks(range(len(names)), names, rotation=45 if max(map(len, names)) > 3 else 0, ha="right")
+    ax.set(ylim=(0, 1), ylabel="accuracy", title=title)
+    for i, v in enumerate(values):
+        ax.text(i, v + 0.01, f"{v:.2f}", ha="center", fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def save_figure(fig: Figure, path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    return path
+
+
+def close(fig: Figure) -> None:
+    plt.close(fig)

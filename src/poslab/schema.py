@@ -1,0 +1,170 @@
+"""Structured schemas of the resolved config: the keys and their types.
+
+Defaults live in ``configs/*.yaml`` (one source of truth); these dataclasses
+only say which keys exist and what type each has, so OmegaConf can reject an
+unknown key or a wrong type with the key's full name. Encoder options are not
+listed here: their schema is derived from the encoder's constructor
+(:func:`encoder_schema`), so a new encoder needs no edit in this file.
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass, field, make_dataclass
+from typing import Any, Literal, Optional, Union
+
+from omegaconf import MISSING
+
+from poslab.data.vision_sources import SOURCES as VISION_SOURCES
+
+Number = Union[int, float]
+
+
+@dataclass
+class RunConfig:
+    root: str = MISSING
+    name: Optional[str] = MISSING
+
+
+@dataclass
+class TrainerConfig:
+    """Lightning ``Trainer`` arguments (``name`` is the preset)."""
+
+    name: str = MISSING
+    accelerator: str = MISSING
+    devices: Any = MISSING
+    num_nodes: int = MISSING
+    strategy: str = MISSING
+    precision: str = MISSING
+    max_epochs: int = MISSING
+    max_steps: int = MISSING
+    limit_train_batches: Optional[Number] = MISSING  # null: all; int: batches; float: fraction
+    limit_val_batches: Optional[Number] = MISSING
+    limit_test_batches: Optional[Number] = MISSING
+    check_val_every_n_epoch: int = MISSING
+    log_every_n_steps: int = MISSING
+    gradient_clip_val: Optional[float] = MISSING
+    num_sanity_val_steps: int = MISSING
+    deterministic: bool = MISSING
+    enable_progress_bar: bool = MISSING
+
+
+@dataclass
+class LoggerConfig:
+    """``name`` picks the logger; the W&B keys are ignored by csv / tensorboard."""
+
+    name: Literal["wandb", "csv", "tensorboard", "none"] = MISSING
+    mode: Literal["auto", "online", "offline", "disabled"] = MISSING
+    project: str = MISSING
+    entity: Optional[str] = MISSING
+    group: Optional[str] = MISSING
+    tags: list[str] = MISSING
+    notes: Optional[str] = MISSING
+    log_model: bool = MISSING
+
+
+@dataclass
+class OptimConfig:
+    """AdamW with a one-cycle (warmup + cosine) schedule stepped per batch."""
+
+    lr: float = MISSING
+    weight_decay: float = MISSING
+    betas: tuple[float, float] = MISSING
+    warmup_fraction: float = MISSING
+
+
+@dataclass
+class EvalConfig:
+    """``poslab eval``: the checkpoint to re-evaluate."""
+
+    ckpt: Optional[str] = MISSING
+
+
+# -- vision -----------------------------------------------------------------
+@dataclass
+class AugmentConfig:
+    """Random affine per image (train only): rotation °, scale ±, shift as image fraction."""
+
+    enabled: bool = MISSING
+    rotate: float = MISSING
+    scale: float = MISSING
+    translate: float = MISSING
+
+
+@dataclass
+class VisionDataConfig:
+    name: Literal[tuple(VISION_SOURCES)] = MISSING  # type: ignore[valid-type]
+    root: str = MISSING
+    image_size: Optional[int] = MISSING
+    patch_size: int = MISSING
+    coords: Literal["raw", "rescaled"] = MISSING
+    batch_size: int = MISSING
+    eval_batch_size: int = MISSING
+    num_workers: int = MISSING
+    val_size: int = MISSING
+    test_size: int = MISSING
+    split_seed: int = MISSING
+    download: bool = MISSING
+    augment: AugmentConfig = field(default_factory=AugmentConfig)
+
+
+@dataclass
+class ViTConfig:
+    dim: int = MISSING
+    depth: int = MISSING
+    num_heads: int = MISSING
+    mlp_ratio: float = MISSING
+    dropout: float = MISSING
+    pool: Literal["cls", "mean"] = MISSING
+
+
+@dataclass
+class ClassificationTaskConfig:
+    name: Literal["classification"] = MISSING
+    label_smoothing: float = MISSING
+
+
+@dataclass(frozen=True)
+class ModalitySchema:
+    """The modality-specific parts of the config."""
+
+    task: type
+    data: type
+    model: type
+
+
+MODALITY_SCHEMAS: dict[str, ModalitySchema] = {
+    "vision": ModalitySchema(task=ClassificationTaskConfig, data=VisionDataConfig, model=ViTConfig),
+}
+
+
+def encoder_schema(name: str, options: dict[str, inspect.Parameter]) -> type:
+    """A dataclass for ``encoder.*``: ``name`` plus the constructor's typed options."""
+    fields_ = [("name", Literal[name], MISSING)]  # type: ignore[valid-type]
+    for key, param in options.items():
+        annotation = Any if param.annotation is inspect.Parameter.empty else param.annotation
+        default = MISSING if param.default is inspect.Parameter.empty else param.default
+        fields_.append((key, annotation, field(default=default)))
+    return make_dataclass(f"Encoder_{name}", fields_)
+
+
+def root_schema(modality: str, encoder: type) -> type:
+    """The whole config's schema for one (modality, encoder) pair."""
+    parts = MODALITY_SCHEMAS[modality]
+    return make_dataclass(
+        "Config",
+        [
+            ("modality", str, MISSING),
+            ("experiment", Optional[str], MISSING),
+            ("seed", int, MISSING),
+            ("task", parts.task, field(default_factory=parts.task)),
+            ("encoder", encoder, field(default_factory=encoder)),
+            ("data", parts.data, field(default_factory=parts.data)),
+            ("model", parts.model, field(default_factory=parts.model)),
+            ("optim", OptimConfig, field(default_factory=OptimConfig)),
+            ("trainer", TrainerConfig, field(default_factory=TrainerConfig)),
+            ("logger", LoggerConfig, field(default_factory=LoggerConfig)),
+            ("run", RunConfig, field(default_factory=RunConfig)),
+            ("eval", EvalConfig, field(default_factory=EvalConfig)),
+        ],
+    )

@@ -1,0 +1,97 @@
+"""Image classification: a ViT, cross-entropy, torchmetrics accuracy per stage."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import lightning as L
+import torch
+import torch.nn.functional as F
+from torchmetrics.classification import MulticlassAccuracy
+
+from poslab.encoders import build_encoder_in_context
+from poslab.nn.vit import ViT
+from poslab.tasks.optim import adamw_one_cycle
+
+
+class ImageClassifier(L.LightningModule):
+    """``cfg`` is the resolved config as plain containers (checkpoint-safe)."""
+
+    def __init__(self, cfg: dict[str, Any], num_classes: int, in_chans: int, context: dict[str, Any]) -> None:
+        super().__init__()
+        self.save_hyperparameters()
+        self.cfg = cfg
+        model_cfg, enc_cfg = cfg["model"], dict(cfg["encoder"])
+        encoder = build_encoder_in_context(
+            enc_cfg.pop("name"),
+            dim=model_cfg["dim"],
+            num_heads=model_cfg["num_heads"],
+            options=enc_cfg,
+            context=context,
+        )
+        self.model = ViT(
+            encoder,
+            in_chans=in_chans,
+            num_classes=num_classes,
+            patch_size=cfg["data"]["patch_size"],
+            dim=model_cfg["dim"],
+            depth=model_cfg["depth"],
+            num_heads=model_cfg["num_heads"],
+            mlp_ratio=model_cfg["mlp_ratio"],
+            dropout=model_cfg["dropout"],
+            pool=model_cfg["pool"],
+        )
+        self.label_smoothing = cfg["task"]["label_smoothing"]
+        # One metric object per stage: their states must never mix.
+        # average="micro": plain accuracy (torchmetrics defaults to the macro average).
+        self.train_acc = MulticlassAccuracy(num_classes, average="micro")
+        self.val_acc = MulticlassAccuracy(num_classes, average="micro")
+        self.test_acc = MulticlassAccuracy(num_classes, average="micro")
+        self.test_class_acc = MulticlassAccuracy(num_classes, average=None)
+        self.per_class_accuracy: list[float] | None = None
+        self.monitor = ("val/acc", "max")  # what the best checkpoint is chosen by
+
+    @property
+    def encoder(self):
+        return self.model.encoder
+
+    def forward(self, images, pos):
+        return self.model(images, pos)
+
+    def _step(self, batch, stage: str, metric: MulticlassAccuracy):
+        logits = self(batch["image"], batch["pos"])
+        smoothing = self.label_smoothing if stage == "train" else 0.0
+        loss = F.cross_entropy(logits, batch["label"], label_smoothing=smoothing)
+        metric(logits, batch["label"])
+        size = batch["label"].shape[0]
+        self.log(f"{stage}/loss", loss, on_step=stage == "train", on_epoch=True, prog_bar=stage != "train", batch_size=size)
+        self.log(f"{stage}/acc", metric, on_step=False, on_epoch=True, prog_bar=stage == "val", batch_size=size)
+        return loss, logits
+
+    def training_step(self, batch, batch_idx):
+        return self._step(batch, "train", self.train_acc)[0]
+
+    def validation_step(self, batch, batch_idx):
+        self._step(batch, "val", self.val_acc)
+
+    def test_step(self, batch, batch_idx):
+        _, logits = self._step(batch, "test", self.test_acc)
+        self.test_class_acc.update(logits, batch["label"])
+
+    def on_test_epoch_end(self) -> None:
+        self.per_class_accuracy = self.test_class_acc.compute().tolist()
+        self.test_class_acc.reset()
+
+    def report_callbacks(self) -> list:
+        """Task-specific reporters that train / evaluate attach to the Trainer."""
+        from poslab.callbacks import PerClassAccuracy
+
+        return [PerClassAccuracy()]
+
+    def configure_optimizers(self):
+        return adamw_one_cycle(
+            self,
+            self.cfg["optim"],
+            self.trainer.estimated_stepping_batches,
+            no_decay_modules=(self.encoder,),
+        )

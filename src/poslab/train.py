@@ -1,0 +1,214 @@
+"""``train(cfg) -> summary`` and ``evaluate(ckpt, overrides) -> summary``.
+
+Pure functions of a composed config: the CLI only parses and composes, and
+tests call these directly. Each run owns its directory, its W&B run (always
+finished, so two runs in one process never merge) and writes ``summary.json``
+last, atomically: a run directory without one did not finish.
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+import torch
+from omegaconf import DictConfig
+
+from poslab import __version__
+from poslab.config import recompose, to_dict
+from poslab.errors import PoslabError
+from poslab.rundir import RUN_NAME_ENV, create_run_dir, remove_run_dir, run_name, write_summary
+
+warnings.filterwarnings("ignore", ".*does not have many workers.*")  # in-memory data: workers only cost
+warnings.filterwarnings("ignore", ".*LeafSpec.*deprecated.*")
+
+
+def train(cfg: DictConfig) -> dict[str, Any]:
+    """Fit, test the best checkpoint, report. Returns the summary it writes."""
+    import os
+
+    import lightning as L
+    from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint
+
+    from poslab.callbacks import EncoderFigure, StepTimer
+    from poslab.data import build_datamodule
+    from poslab.loggers import build_logger, finish_logger
+    from poslab.tasks import build_task
+
+    start = time.perf_counter()
+    L.seed_everything(cfg.seed, workers=True, verbose=False)
+    # Bad data or encoder options fail here, before anything is written.
+    datamodule = build_datamodule(cfg)
+    datamodule.prepare_data()
+    datamodule.setup("fit")
+    task = build_task(cfg, datamodule)
+
+    name = run_name(cfg)
+    os.environ[RUN_NAME_ENV] = name  # DDP children re-run the command and must find the same directory
+    run_dir = create_run_dir(cfg, name)
+    logger = None
+    try:
+        logger = build_logger(cfg, run_dir, name)
+        monitor, mode = task.monitor
+        checkpoint = ModelCheckpoint(
+            dirpath=run_dir / "checkpoints",
+            filename="best",
+            monitor=monitor,
+            mode=mode,
+            save_last=True,
+            auto_insert_metric_name=False,
+        )
+        callbacks = [checkpoint, StepTimer(), EncoderFigure(), *task.report_callbacks()]
+        if logger is not None:
+            callbacks.append(LearningRateMonitor(logging_interval="step"))
+        trainer = build_trainer(cfg, run_dir, logger, callbacks)
+        trainer.fit(task, datamodule=datamodule)
+        fit_metrics = scalar_metrics(trainer.callback_metrics)
+        best = checkpoint.best_model_path or None
+        test_metrics = trainer.test(task, datamodule=datamodule, ckpt_path=best, verbose=False, weights_only=True)
+        metrics = {**fit_metrics, **(test_metrics[0] if test_metrics else {})}
+        if checkpoint.best_model_score is not None:
+            metrics[f"{monitor}_best"] = float(checkpoint.best_model_score)
+        summary = build_summary(
+            "train",
+            cfg,
+            run_dir,
+            name,
+            trainer,
+            task,
+            logger,
+            metrics,
+            checkpoints={
+                "best": _relative(best, run_dir),
+                "last": _relative(checkpoint.last_model_path or None, run_dir),
+            },
+            wall_time_s=time.perf_counter() - start,
+        )
+        if trainer.is_global_zero:
+            write_summary(run_dir, summary)
+    except PoslabError:
+        remove_run_dir(run_dir)
+        raise
+    finally:
+        finish_logger(logger)
+        if "LOCAL_RANK" not in os.environ:
+            os.environ.pop(RUN_NAME_ENV, None)
+    return summary
+
+
+def evaluate(ckpt: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> dict[str, Any]:
+    """Re-test a checkpoint, optionally at another ``data.image_size`` / ``data.coords``.
+
+    The model is rebuilt from the checkpoint's own config (loaded with
+    ``weights_only=True``); only data, trainer, logger and run keys may change.
+    Results go to ``<train run>/eval/<name>/summary.json``.
+    """
+    from poslab.data import build_datamodule
+    from poslab.loggers import build_logger, finish_logger
+    from poslab.tasks import task_from_checkpoint
+
+    start = time.perf_counter()
+    path = Path(ckpt)
+    if not path.is_file():
+        raise PoslabError(f"checkpoint {path} does not exist")
+    try:
+        checkpoint = torch.load(path, map_location="cpu", weights_only=True)
+        stored = checkpoint["hyper_parameters"]["cfg"]
+    except Exception as exc:  # not a poslab checkpoint, or a corrupt file
+        raise PoslabError(f"cannot read checkpoint {path}: {str(exc).splitlines()[0]}") from None
+    cfg = recompose(stored, [*overrides, f"eval.ckpt={path}"])
+    datamodule = build_datamodule(cfg, train_cfg=stored)
+    datamodule.prepare_data()
+    datamodule.setup("test")
+    task = task_from_checkpoint(checkpoint)
+
+    train_dir = path.parent.parent
+    name = cfg.run.name or f"size{datamodule.image_size}-{cfg.data.coords}-{time.strftime('%Y%m%d-%H%M%S')}"
+    run_dir = train_dir / "eval" / name
+    run_dir.mkdir(parents=True, exist_ok=True)
+    logger = None
+    try:
+        from poslab.callbacks import EncoderFigure
+
+        logger = build_logger(cfg, run_dir, f"{train_dir.name}-eval-{name}", job_type="eval")
+        trainer = build_trainer(cfg, run_dir, logger, [EncoderFigure(), *task.report_callbacks()])
+        metrics = trainer.test(task, datamodule=datamodule, verbose=False)[0]
+        summary = build_summary(
+            "eval",
+            cfg,
+            run_dir,
+            name,
+            trainer,
+            task,
+            logger,
+            metrics,
+            checkpoints={"source": str(path)},
+            wall_time_s=time.perf_counter() - start,
+        )
+        if trainer.is_global_zero:
+            write_summary(run_dir, summary)
+    except PoslabError:
+        remove_run_dir(run_dir)
+        raise
+    finally:
+        finish_logger(logger)
+    return summary
+
+
+def build_trainer(cfg: DictConfig, run_dir: Path, logger: Any, callbacks: list):
+    import sys
+
+    import lightning as L
+    from lightning.pytorch.callbacks import RichProgressBar
+
+    kwargs = {k: v for k, v in to_dict(cfg.trainer).items() if k != "name"}
+    if kwargs["enable_progress_bar"] and sys.stdout.isatty():
+        callbacks = [*callbacks, RichProgressBar()]
+    return L.Trainer(
+        **kwargs,
+        logger=logger if logger is not None else False,
+        callbacks=callbacks,
+        default_root_dir=str(run_dir),
+        enable_model_summary=False,
+    )
+
+
+def scalar_metrics(metrics: dict[str, Any]) -> dict[str, float]:
+    return {k: float(v) for k, v in metrics.items() if getattr(v, "numel", lambda: 1)() == 1}
+
+
+def build_summary(kind, cfg, run_dir, name, trainer, task, logger, metrics, checkpoints, wall_time_s):
+    """The ``summary.json`` payload (keys: :data:`poslab.rundir.SUMMARY_KEYS`)."""
+    import lightning as L
+
+    from poslab.loggers import resolve_wandb_mode, wandb_info
+
+    merged: dict[str, dict[str, Any]] = {"metrics": dict(metrics), "tables": {}, "figures": {}}
+    for callback in trainer.callbacks:
+        for section, values in getattr(callback, "report", {}).items():
+            merged[section].update(values)
+    return {
+        "kind": kind,
+        "run_name": name,
+        "run_dir": str(run_dir),
+        "modality": cfg.modality,
+        "task": cfg.task.name,
+        "encoder": cfg.encoder.name,
+        "seed": cfg.seed,
+        "config": to_dict(cfg),
+        "metrics": dict(sorted(merged["metrics"].items())),
+        "tables": merged["tables"],
+        "figures": merged["figures"],
+        "checkpoints": checkpoints,
+        "num_params": sum(p.numel() for p in task.parameters()),
+        "wall_time_s": round(wall_time_s, 2),
+        "wandb": wandb_info(logger, resolve_wandb_mode(cfg.logger.mode)),
+        "versions": {"poslab": __version__, "torch": torch.__version__, "lightning": L.__version__},
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
+
+
+def _relative(path: str | None, run_dir: Path) -> str | None:
+    return str(Path(path).relative_to(run_dir)) if path else None

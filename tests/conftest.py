@@ -1,0 +1,42 @@
+"""Shared fixtures: a CPU-sized config, a shared data cache, no W&B server."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+# Tests never reach a W&B server and never pick up the user's credentials.
+os.environ["WANDB_SILENT"] = "true"
+os.environ.pop("WANDB_API_KEY", None)
+os.environ.pop("WANDB_MODE", None)
+os.environ["NETRC"] = os.devnull
+
+SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+
+
+@pytest.fixture(scope="session")
+def data_root(tmp_path_factory) -> Path:
+    """One download / cache folder for the whole session (mnist5k.npz is built once)."""
+    return tmp_path_factory.mktemp("data")
+
+
+@pytest.fixture
+def tiny(tmp_path, data_root) -> list[str]:
+    """Overrides that shrink a vision run to a few CPU seconds."""
+    return [
+        "logger=none",
+        f"run.root={tmp_path / 'runs'}",
+        f"data.root={data_root}",
+        "data.batch_size=64",
+        "data.eval_batch_size=250",
+        "model.dim=32",
+        "model.depth=1",
+        "model.num_heads=2",
+        "trainer.max_epochs=1",
+        "trainer.limit_train_batches=3",
+        "trainer.limit_val_batches=1",
+        "trainer.limit_test_batches=1",
+        "trainer.enable_progress_bar=false",
+    ]

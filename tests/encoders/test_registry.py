@@ -1,0 +1,67 @@
+"""The public encoder API: build_encoder / available_encoders and the protocol."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from poslab.encoders import HOOKS, PositionEncoder, available_encoders, build_encoder, encoder_class
+from poslab.errors import ConfigError, PoslabError
+from poslab.positions import Positions
+
+VISION = available_encoders("vision")
+
+
+def build(name: str, dim: int = 32, num_heads: int = 2) -> PositionEncoder:
+    """A registered encoder with the context a 4x4 patch grid gives."""
+    from poslab.encoders import build_encoder_in_context, encoder_options
+
+    defaults = {k: p.default for k, p in encoder_options(name).items() if p.default is not p.empty}
+    return build_encoder_in_context(name, dim=dim, num_heads=num_heads, options=defaults, context={"grid_size": (4, 4)})
+
+
+def test_vision_encoders_are_registered():
+    assert {"none", "sincos2d", "learned2d", "rope2d", "rope2d_mixed"} <= set(VISION)
+    assert available_encoders() == sorted(available_encoders())
+
+
+def test_unknown_encoder_lists_valid_names():
+    with pytest.raises(ConfigError, match="unknown encoder 'rope' .*valid: .*rope2d"):
+        build_encoder("rope", dim=32, num_heads=2)
+
+
+def test_unknown_option_names_the_closest():
+    with pytest.raises(ConfigError, match="has no option 'bas' \\(did you mean 'base'\\?\\)"):
+        build_encoder("rope2d", dim=32, num_heads=2, bas=10.0)
+
+
+def test_dim_must_split_into_heads():
+    with pytest.raises(ConfigError, match="not divisible"):
+        build_encoder("none", dim=30, num_heads=4)
+
+
+@pytest.mark.parametrize("name", available_encoders())
+def test_every_encoder_follows_the_protocol(name):
+    """Hooks keep shapes; plain tensors and Positions give the same result."""
+    enc = build(name)
+    assert isinstance(enc, PositionEncoder) and enc.name == name
+    assert set(enc.hooks()) <= set(HOOKS)
+    cls = encoder_class(name)
+    assert cls.modalities is None or all(isinstance(m, str) for m in cls.modalities)
+    coords = torch.tensor([[r, c] for r in range(4) for c in range(4)], dtype=torch.float32)
+    pos = Positions(coords=coords) if cls.reads == "coords" else Positions(steps=torch.arange(16))
+    plain = getattr(pos, cls.reads) if cls.reads else pos
+    x = torch.randn(2, 16, 32)
+    q = torch.randn(2, 2, 16, 16)
+    torch.testing.assert_close(enc.encode_input(x, pos), enc.encode_input(x, plain))
+    torch.testing.assert_close(enc.rotate(q, pos), enc.rotate(q, plain))
+    assert enc.encode_input(x, pos).shape == x.shape
+    assert enc.rotate(q, pos).shape == q.shape
+    bias = enc.attention_bias(pos, pos)
+    assert bias is None or bias.shape[-3:] == (2, 16, 16)
+
+
+def test_missing_position_field_is_a_clear_error():
+    enc = build("sincos2d")
+    with pytest.raises(PoslabError, match="reads positions.coords, but the data provides only steps"):
+        enc.encode_input(torch.zeros(1, 4, 32), Positions(steps=torch.arange(4)))

@@ -1,0 +1,144 @@
+"""The 2D encoders against their papers: golden values and properties."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from poslab.encoders import build_encoder
+from poslab.encoders.grid import grid_coordinates, resample_grid_table, sample_grid_table
+from poslab.encoders.rope2d_mixed import init_mixed_frequencies
+from poslab.errors import PoslabError
+
+
+def coords_of(*pairs):
+    return torch.tensor(pairs, dtype=torch.float32)
+
+
+# -- sincos2d ---------------------------------------------------------------------------
+def test_sincos2d_golden_values_mae_order():
+    """dim 8 at (row 1, col 2): [sin 2, sin .02, cos 2, cos .02 | sin 1, sin .01, cos 1, cos .01].
+
+    MAE's get_2d_sincos_pos_embed with T = 10000: the first half encodes the
+    column (its meshgrid(w, h)), each half is [sin(p·ω), cos(p·ω)], ω = 1/T^(k/2).
+    """
+    enc = build_encoder("sincos2d", dim=8, num_heads=2)
+    out = enc.encode_input(torch.zeros(1, 1, 8), coords_of((1, 2)))[0, 0]
+    golden = torch.tensor([0.909297, 0.019999, -0.416147, 0.999800, 0.841471, 0.010000, 0.540302, 0.999950])
+    torch.testing.assert_close(out, golden, atol=1e-6, rtol=0)
+
+
+def test_sincos2d_first_half_is_the_column():
+    enc = build_encoder("sincos2d", dim=16, num_heads=2)
+    a, b = enc.table(coords_of((0, 3), (5, 3)))  # same column, different rows
+    torch.testing.assert_close(a[:8], b[:8])
+    assert not torch.allclose(a[8:], b[8:])
+
+
+def test_sincos2d_needs_dim_divisible_by_4():
+    with pytest.raises(PoslabError, match="divisible by 4"):
+        build_encoder("sincos2d", dim=6, num_heads=1)
+
+
+# -- learned2d --------------------------------------------------------------------------
+def test_resampling_to_the_same_grid_is_the_identity():
+    table = torch.randn(5, 7, 4)
+    assert torch.equal(resample_grid_table(table, (5, 7)), table)
+
+
+def test_resampling_matches_timm_bicubic_interpolation():
+    """timm resample_abs_pos_embed == F.interpolate(bicubic, align_corners=False) on the grid."""
+    table = torch.randn(4, 4, 6)
+    ref = torch.nn.functional.interpolate(table.permute(2, 0, 1)[None], size=(8, 6), mode="bicubic", align_corners=False)
+    torch.testing.assert_close(resample_grid_table(table, (8, 6)), ref[0].permute(1, 2, 0))
+
+
+def test_learned2d_integer_coords_read_table_rows_exactly():
+    enc = build_encoder("learned2d", dim=8, num_heads=2, grid_size=(3, 3))
+    out = enc.lookup(coords_of((0, 0), (2, 1), (1, 2)))
+    torch.testing.assert_close(out, torch.stack([enc.table[0, 0], enc.table[2, 1], enc.table[1, 2]]))
+
+
+def test_learned2d_at_rescaled_coords_equals_resampling_the_table():
+    from poslab.data.vision import patch_coordinates
+
+    enc = build_encoder("learned2d", dim=8, num_heads=2, grid_size=(4, 4))
+    coords = patch_coordinates((8, 8), (4, 4), "rescaled")
+    expected = resample_grid_table(enc.table.detach(), (8, 8)).reshape(64, 8)
+    torch.testing.assert_close(enc.lookup(coords).detach(), expected, atol=1e-5, rtol=0)
+
+
+def test_learned2d_raw_coords_past_the_table_are_a_clear_error():
+    enc = build_encoder("learned2d", dim=8, num_heads=2, grid_size=(4, 4))
+    with pytest.raises(PoslabError, match="table is 4x4; evaluate with data.coords=rescaled"):
+        enc.lookup(grid_coordinates((8, 8)))
+
+
+def test_sample_grid_table_interpolates_between_cells():
+    table = torch.arange(4.0).view(2, 2, 1)  # linear in both axes: bicubic keeps it
+    torch.testing.assert_close(sample_grid_table(table, coords_of((0.5, 0.5)))[0], torch.tensor([1.5]))
+
+
+# -- rope2d / rope2d_mixed ----------------------------------------------------------------
+def scores(enc, q, k, pos_q, pos_k):
+    return (enc.rotate(q, pos_q) * enc.rotate(k, pos_k)).sum(-1)
+
+
+@pytest.mark.parametrize("name", ["rope2d", "rope2d_mixed"])
+@pytest.mark.parametrize("layout", ["interleaved", "half"])
+def test_2d_rope_scores_depend_only_on_the_2d_offset(name, layout):
+    torch.manual_seed(0)
+    enc = build_encoder(name, dim=32, num_heads=2, layout=layout)
+    q, k = torch.randn(1, 2, 1, 16), torch.randn(1, 2, 1, 16)
+    base = scores(enc, q, k, coords_of((1, 2)), coords_of((3, 0)))
+    for shift in [(5, 7), (-1, 3), (0.5, 2.25)]:
+        shifted = scores(enc, q, k, coords_of((1 + shift[0], 2 + shift[1])), coords_of((3 + shift[0], 0 + shift[1])))
+        torch.testing.assert_close(shifted, base, atol=1e-4, rtol=0)
+    other = scores(enc, q, k, coords_of((1, 2)), coords_of((0, 3)))
+    assert not torch.allclose(other, base, atol=1e-3)
+
+
+def test_rope2d_axial_frequencies_follow_rope_vit():
+    """Column angles in the first half of the pairs, row angles in the second, 1/100^(4k/Dh)."""
+    enc = build_encoder("rope2d", dim=32, num_heads=2)  # head dim 16 -> 4 frequencies per axis
+    expected = 1.0 / 100.0 ** (torch.arange(0, 16, 4, dtype=torch.float64) / 16)
+    torch.testing.assert_close(enc.inv_freq, expected)
+    angles = enc.angles(coords_of((3, 2)))[0]
+    torch.testing.assert_close(angles[:4], (2 * expected).float())
+    torch.testing.assert_close(angles[4:], (3 * expected).float())
+
+
+def test_rope2d_mixed_init_matches_rope_vit_structure():
+    torch.manual_seed(0)
+    freqs = init_mixed_frequencies(head_dim=16, num_heads=3, base=10.0)
+    assert freqs.shape == (2, 3, 8)
+    magnitude = 1.0 / 10.0 ** (torch.arange(0, 16, 4).float() / 16)
+    norms = freqs.pow(2).sum(0).sqrt()  # |(f_x, f_y)| per head and pair
+    torch.testing.assert_close(norms, torch.cat((magnitude, magnitude)).expand(3, 8))
+    # second half of the pairs points π/2 away from the first
+    dot = (freqs[:, :, :4] * freqs[:, :, 4:]).sum(0)
+    torch.testing.assert_close(dot, torch.zeros(3, 4), atol=1e-6, rtol=0)
+
+
+def test_rope2d_mixed_frequencies_learn():
+    enc = build_encoder("rope2d_mixed", dim=16, num_heads=2)
+    out = enc.rotate(torch.randn(1, 2, 5, 8), grid_coordinates((1, 5)))
+    (out * torch.randn_like(out)).sum().backward()
+    assert enc.freqs.grad is not None and enc.freqs.grad.abs().sum() > 0
+
+
+def test_rope2d_needs_head_dim_divisible_by_4():
+    with pytest.raises(PoslabError, match="head dim divisible by 4"):
+        build_encoder("rope2d", dim=12, num_heads=2)
+
+
+def test_rope_similarity_decays_with_distance():
+    """RoFormer §3.4.3: with constant q = k, scores fall off with distance (long-term decay)."""
+    from poslab.evaluation.similarity import position_similarity
+
+    enc = build_encoder("rope2d", dim=64, num_heads=2)
+    s = position_similarity(enc, grid_coordinates((1, 16)), 16)
+    assert s[0, 0] == pytest.approx(32 / math.sqrt(32), rel=1e-5)  # Σ over 32 channels of 1·1 / √Dh
+    assert s[0, 1] > s[0, 8]

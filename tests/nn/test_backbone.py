@@ -1,0 +1,108 @@
+"""The backbone calls each hook, and each hook changes the output.
+
+Tiny fake encoders, one per hook, stand in for real ones: the backbone must
+work for any encoder without knowing its name.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from poslab.encoders import PositionEncoder
+from poslab.nn import SelfAttention, Transformer
+
+
+class Recorder(PositionEncoder):
+    """Counts hook calls and records the token counts it saw."""
+
+    def __init__(self, dim=16, num_heads=2):
+        super().__init__(dim, num_heads)
+        self.calls = {"encode_input": [], "rotate": [], "attention_bias": []}
+
+
+class AddsToInput(Recorder):
+    def encode_input(self, x, pos):
+        self.calls["encode_input"].append(x.shape[1])
+        # a channel-constant shift would vanish in LayerNorm: mark one channel
+        return x + F.one_hot(torch.tensor(0), x.shape[-1]).float() * pos.float()[..., None]
+
+
+class Rotates(Recorder):
+    def rotate(self, x, pos):
+        self.calls["rotate"].append(x.shape[-2])
+        return x.flip(-1) * (1 + pos.float()[:, None])
+
+
+class Biases(Recorder):
+    def attention_bias(self, q_pos, k_pos):
+        self.calls["attention_bias"].append(q_pos.shape[-1])
+        return -(q_pos[:, None] - k_pos[None, :]).abs().float().expand(self.num_heads, -1, -1)
+
+
+def make(encoder, depth=2, causal=False):
+    torch.manual_seed(0)
+    return Transformer(encoder, dim=16, depth=depth, num_heads=2, mlp_ratio=2.0, causal=causal)
+
+
+@pytest.mark.parametrize("fake", [AddsToInput, Rotates, Biases])
+def test_each_hook_is_called_and_changes_the_output(fake):
+    x, pos = torch.randn(2, 5, 16), torch.arange(5)
+    with_hook = make(fake())
+    without = make(Recorder())
+    without.load_state_dict(with_hook.state_dict())
+    out = with_hook(x, pos)
+    hook = fake.__dict__.keys() & {"encode_input", "rotate", "attention_bias"}
+    (name,) = hook
+    calls = with_hook.encoder.calls[name]
+    expected = {"encode_input": 1, "rotate": 2 * 2, "attention_bias": 1}[name]  # rotate: q and k per layer
+    assert len(calls) == expected
+    assert not torch.allclose(out, without(x, pos), atol=1e-4)
+
+
+def test_bias_is_computed_once_per_forward_for_all_layers():
+    model = make(Biases(), depth=4)
+    model(torch.randn(1, 6, 16), torch.arange(6))
+    assert model.encoder.calls["attention_bias"] == [6]
+
+
+@pytest.mark.parametrize("fake", [AddsToInput, Rotates, Biases])
+def test_prefix_tokens_carry_no_position(fake):
+    """The class token is neither embedded, rotated nor biased: hooks see only positioned tokens."""
+    model = make(fake())
+    x = torch.randn(2, 1 + 4, 16)
+    model(x, torch.arange(4), num_prefix_tokens=1)
+    for seen in model.encoder.calls.values():
+        assert all(n == 4 for n in seen)
+
+
+def test_no_op_encoder_leaves_a_permutation_equivariant_model():
+    model = make(Recorder())
+    x = torch.randn(1, 6, 16)
+    perm = torch.randperm(6)
+    torch.testing.assert_close(model(x, torch.arange(6))[:, perm], model(x[:, perm], torch.arange(6)), atol=1e-5, rtol=0)
+
+
+def test_causal_masking_with_and_without_bias():
+    for enc in (Recorder(), Biases()):
+        model = make(enc, causal=True)
+        x = torch.randn(1, 6, 16)
+        full = model(x, torch.arange(6))
+        prefix = model(x[:, :3], torch.arange(3))
+        torch.testing.assert_close(full[:, :3], prefix, atol=1e-5, rtol=0)  # the future does not leak
+
+
+def test_attention_is_softmax_of_scaled_scores_plus_bias():
+    """SDPA scale 1/√Dh applies to q·k; the bias is added after it (not scaled)."""
+    torch.manual_seed(0)
+    attn = SelfAttention(8, 2)
+    enc = Recorder(8, 2)
+    x = torch.randn(1, 4, 8)
+    bias = torch.randn(1, 2, 4, 4)
+    q, k, v = attn.qkv(x).view(1, 4, 3, 2, 4).permute(2, 0, 3, 1, 4)
+    weights = F.softmax(q @ k.transpose(-1, -2) / math.sqrt(4) + bias, dim=-1)
+    expected = attn.proj((weights @ v).transpose(1, 2).reshape(1, 4, 8))
+    torch.testing.assert_close(attn(x, enc, torch.arange(4), mask=bias), expected)

@@ -1,0 +1,85 @@
+"""The command line: fast help, one-line errors with non-zero exits, print-config, a real run."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from poslab.cli import main
+from poslab.encoders import available_encoders
+
+
+def test_help_imports_neither_lightning_nor_torchvision_nor_wandb():
+    code = (
+        "import sys, contextlib, io\n"
+        "from poslab.cli import main\n"
+        "with contextlib.redirect_stdout(io.StringIO()) as out:\n"
+        "    try: main(['--help'])\n"
+        "    except SystemExit: pass\n"
+        "assert 'poslab train' in out.getvalue()\n"
+        "heavy = [m for m in ('lightning', 'torchvision', 'wandb', 'torch') if m in sys.modules]\n"
+        "assert not heavy, heavy\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+def run_cli(capsys, *argv):
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["train", "encoder=rope"], "unknown encoder 'rope' (did you mean 'rope2d'?); valid for vision: " + ", ".join(available_encoders("vision"))),
+        (["train", "data.batchsize=3"], "unknown config key 'data.batchsize' (did you mean 'data.batch_size'?)"),
+        (["train", "model.depth=deep"], "config key 'model.depth' expects int, got 'deep'"),
+        (["train", "trainer=tpu"], "unknown trainer 'tpu' (did you mean 'gpu'?); valid: cpu, ddp, gpu"),
+        (["eval"], "poslab eval needs exactly one ckpt=PATH"),
+        (["eval", "ckpt=/nonexistent.ckpt"], "checkpoint /nonexistent.ckpt does not exist"),
+    ],
+)
+def test_bad_input_is_one_line_and_a_nonzero_exit(capsys, argv, expected):
+    code, out, err = run_cli(capsys, *argv)
+    assert code == 2
+    assert err.strip() == f"poslab: error: {expected}"
+
+
+def test_corrupt_checkpoint_is_a_clear_error(capsys, tmp_path):
+    bad = tmp_path / "broken.ckpt"
+    bad.write_bytes(b"definitely not a checkpoint")
+    code, _, err = run_cli(capsys, "eval", f"ckpt={bad}")
+    assert code == 2 and err.startswith(f"poslab: error: cannot read checkpoint {bad}") and err.count("\n") == 1
+
+
+def test_print_config_shows_the_resolved_yaml(capsys):
+    code, out, _ = run_cli(capsys, "train", "--print-config", "encoder=rope2d", "encoder.base=50")
+    assert code == 0
+    assert "name: rope2d" in out and "base: 50.0" in out and "defaults" not in out
+
+
+def test_list_shows_encoders_and_their_hooks(capsys):
+    code, out, _ = run_cli(capsys, "list")
+    assert code == 0
+    assert out.startswith("vision: ") and "rope2d (rotate)" in out and "sincos2d (encode_input)" in out
+
+
+def test_train_prints_the_sync_command_when_offline(capsys, tiny):
+    argv = [o for o in tiny if not o.startswith("logger=")]
+    code, out, _ = run_cli(capsys, "train", *argv, "logger.mode=offline")
+    assert code == 0
+    assert "W&B ran offline; to upload: wandb sync " in out
+    assert "test/acc=" in out
+
+
+def test_console_script_is_installed():
+    from pathlib import Path
+
+    script = Path(sys.executable).with_name("poslab")
+    out = subprocess.run([str(script), "train", "--print-config"], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and "modality: vision" in out.stdout
+    bad = subprocess.run([str(script), "train", "encoder=nope"], capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "unknown encoder 'nope'" in bad.stderr

@@ -1,0 +1,147 @@
+"""Config composition and every kind of validation error."""
+
+from __future__ import annotations
+
+import pytest
+from omegaconf import OmegaConf
+
+from poslab.config import compose, config_dir, recompose, to_dict
+from poslab.encoders import available_encoders, encoder_options
+from poslab.errors import ConfigError
+
+
+def test_default_composition_is_vision_with_sincos2d():
+    cfg = compose()
+    assert cfg.modality == "vision"
+    assert cfg.encoder.name == "sincos2d"
+    assert cfg.logger.name == "wandb" and cfg.logger.mode == "auto"
+    assert cfg.trainer.name == "cpu"
+    assert "defaults" not in cfg
+
+
+def test_group_selection_replaces_the_encoder_node():
+    cfg = compose(["encoder=rope2d"])
+    assert set(cfg.encoder) == {"name", "base", "layout"}
+    assert cfg.encoder.base == 100.0
+
+
+def test_presets_merge_onto_the_base_settings():
+    cfg = compose(["trainer=gpu", "logger=csv"])
+    assert cfg.trainer.precision == "bf16-mixed" and cfg.trainer.accelerator == "gpu"
+    assert cfg.trainer.max_epochs == 30  # from modality/vision.yaml, untouched by the preset
+    assert cfg.logger.name == "csv" and cfg.logger.project == "poslab"
+
+
+def test_ddp_preset_exposes_devices_and_nodes():
+    cfg = compose(["trainer=ddp", "trainer.devices=4", "trainer.num_nodes=2"])
+    assert (cfg.trainer.strategy, cfg.trainer.devices, cfg.trainer.num_nodes) == ("ddp", 4, 2)
+
+
+def test_overrides_win_and_are_typed():
+    cfg = compose(["data.image_size=56", "optim.lr=1e-3", "trainer.limit_train_batches=2"])
+    assert cfg.data.image_size == 56
+    assert cfg.optim.lr == pytest.approx(1e-3)
+    assert cfg.trainer.limit_train_batches == 2 and isinstance(cfg.trainer.limit_train_batches, int)
+
+
+def test_name_shorthand_selects_a_dataset():
+    assert compose(["data=fashion_mnist"]).data.name == "fashion_mnist"
+
+
+def test_experiment_defaults_and_values_apply(tmp_path, monkeypatch):
+    for sub in ("modality", "encoder", "logger", "trainer", "experiment"):
+        (tmp_path / sub).mkdir()
+        for f in (config_dir() / sub).glob("*.yaml"):
+            (tmp_path / sub / f.name).write_text(f.read_text())
+    (tmp_path / "train.yaml").write_text((config_dir() / "train.yaml").read_text())
+    (tmp_path / "experiment" / "probe.yaml").write_text(
+        "defaults:\n  encoder: rope2d\ndata:\n  image_size: 56\n"
+    )
+    monkeypatch.setenv("POSLAB_CONFIG_DIR", str(tmp_path))
+    cfg = compose(["experiment=probe"])
+    assert (cfg.experiment, cfg.encoder.name, cfg.data.image_size) == ("probe", "rope2d", 56)
+    assert compose(["experiment=probe", "encoder=none"]).encoder.name == "none"  # command line wins
+
+
+def test_every_encoder_yaml_matches_its_constructor():
+    """Each registered encoder has configs/encoder/<name>.yaml whose keys are its options."""
+    yamls = {p.stem for p in (config_dir() / "encoder").glob("*.yaml")}
+    assert yamls == set(available_encoders())
+    for name in available_encoders():
+        node = OmegaConf.load(config_dir() / "encoder" / f"{name}.yaml")
+        assert node.name == name
+        assert set(node) - {"name"} == set(encoder_options(name))
+
+
+# -- errors: one line, naming the key and the closest valid choice ----------------------
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["data.imag_size=32"], "unknown config key 'data.imag_size' (did you mean 'data.image_size'?)"),
+        (["encodr=rope2d"], "unknown config key 'encodr' (did you mean 'encoder'?)"),
+        (["encoder=rope2d", "encoder.bse=10"], "unknown config key 'encoder.bse' (did you mean 'encoder.base'?)"),
+        (["data.patch_size=seven"], "config key 'data.patch_size' expects int, got 'seven'"),
+        (["seed=1.5"], "config key 'seed' expects int, got 1.5"),
+        (["data.coords=pixels"], "config key 'data.coords' expects one of 'raw', 'rescaled', got 'pixels'"),
+        (["encoder=rope2d", "encoder.layout=neox"], "expects one of 'interleaved', 'half', got 'neox'"),
+        (["encoder=learned2d", "encoder.grid_size=[1,2,3]"], "'encoder.grid_size' expects a list [int, int] or null"),
+        (["data.image_size=big"], "config key 'data.image_size' expects int or null, got 'big'"),
+        (["logger.mode=sometimes"], "expects one of 'auto', 'online', 'offline', 'disabled'"),
+        (["data=imagenet"], "config key 'data.name' expects one of 'mnist5k', 'mnist', 'fashion_mnist', 'cifar10'"),
+        (["encoder=rope3d"], "unknown encoder 'rope3d' (did you mean 'rope2d'?); valid for vision: learned2d, none"),
+        (["logger=mlflow"], "unknown logger 'mlflow'; valid: csv, none, tensorboard, wandb"),
+        (["modality=audio"], "unknown modality 'audio'"),
+        (["trainer.max_epochs"], "override 'trainer.max_epochs' is not key=value"),
+        (["encoder=[a,b]"], "'encoder' selects a config file by name"),
+    ],
+)
+def test_bad_overrides_are_one_line_errors(overrides, message):
+    with pytest.raises(ConfigError) as info:
+        compose(overrides)
+    text = str(info.value)
+    assert message in text
+    assert "\n" not in text
+
+
+def test_an_encoder_that_does_not_fit_the_modality_says_which_do(monkeypatch):
+    from poslab.encoders import registry
+    from poslab.encoders.base import PositionEncoder
+
+    class TextOnly(PositionEncoder):
+        modalities = ("text",)
+
+    monkeypatch.setitem(registry._REGISTRY, "textonly", TextOnly)
+    TextOnly.name = "textonly"
+    with pytest.raises(ConfigError) as info:
+        compose(["encoder=textonly"])
+    text = str(info.value)
+    assert "encoder 'textonly' does not fit modality 'vision' (it fits text)" in text
+    assert "encoders for vision: " + ", ".join(available_encoders("vision")) in text
+
+
+def test_missing_values_are_named(tmp_path, monkeypatch):
+    for sub in ("modality", "encoder", "logger", "trainer"):
+        (tmp_path / sub).mkdir()
+        for f in (config_dir() / sub).glob("*.yaml"):
+            (tmp_path / sub / f.name).write_text(f.read_text())
+    base = (config_dir() / "train.yaml").read_text().replace("seed: 0", "")
+    (tmp_path / "train.yaml").write_text(base)
+    monkeypatch.setenv("POSLAB_CONFIG_DIR", str(tmp_path))
+    with pytest.raises(ConfigError, match="config key 'seed' has no value"):
+        compose()
+
+
+def test_recompose_allows_data_changes_and_refuses_model_changes():
+    stored = to_dict(compose(["encoder=rope2d"]))
+    cfg = recompose(stored, ["data.image_size=56", "data.coords=raw", "logger=none"])
+    assert (cfg.data.image_size, cfg.data.coords, cfg.logger.name) == (56, "raw", "none")
+    assert cfg.encoder.name == "rope2d"
+    for bad in (["encoder=none"], ["model.dim=128"], ["encoder.base=5"]):
+        with pytest.raises(ConfigError, match="is fixed by the checkpoint"):
+            recompose(stored, bad)
+
+
+def test_to_dict_gives_plain_containers():
+    plain = to_dict(compose(["encoder=learned2d", "encoder.grid_size=[4,4]"]))
+    assert plain["encoder"]["grid_size"] == [4, 4]
+    assert type(plain["data"]) is dict
