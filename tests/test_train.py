@@ -99,6 +99,17 @@ def test_eval_with_raw_indices_past_a_learned_table_fails_cleanly(finished_run):
     assert after == before  # nothing half-written left behind
 
 
+def test_relative_run_root_works(tiny, tmp_path, monkeypatch):
+    """`make train` uses run.root=runs, relative to the working directory."""
+    monkeypatch.chdir(tmp_path)
+    overrides = [o for o in tiny if not o.startswith("run.root=")]
+    summary = train(compose([*overrides, "run.root=rel-runs", "run.name=rel"]))
+    assert Path(summary["run_dir"]) == tmp_path / "rel-runs" / "vision" / "rel"
+    assert (tmp_path / "rel-runs" / "vision" / "rel" / summary["checkpoints"]["best"]).exists()
+    again = evaluate(Path("rel-runs/vision/rel/checkpoints/best.ckpt"), ["logger=none", "trainer.enable_progress_bar=false"])
+    assert Path(again["run_dir"]).parent == tmp_path / "rel-runs" / "vision" / "rel" / "eval"
+
+
 def test_bad_encoder_option_writes_nothing(tiny, tmp_path):
     with pytest.raises(PoslabError):
         train(compose([*tiny, "encoder=sincos2d", "model.dim=30", "model.num_heads=3"]))

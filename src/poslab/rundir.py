@@ -48,7 +48,8 @@ def run_name(cfg: Any) -> str:
 
 
 def create_run_dir(cfg: Any, name: str) -> Path:
-    run_dir = Path(cfg.run.root) / cfg.modality / name
+    """``<run.root>/<modality>/<name>``, as an absolute path (Lightning reports absolute ones)."""
+    run_dir = (Path(cfg.run.root) / cfg.modality / name).resolve()
     if (run_dir / "summary.json").exists():
         raise ConfigError(f"run directory {run_dir} already holds a finished run; choose another run.name")
     run_dir.mkdir(parents=True, exist_ok=True)

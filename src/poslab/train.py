@@ -124,7 +124,7 @@ def evaluate(ckpt: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> d
     datamodule.setup("test")
     task = task_from_checkpoint(checkpoint)
 
-    train_dir = path.parent.parent
+    train_dir = path.resolve().parent.parent
     name = cfg.run.name or f"size{datamodule.image_size}-{cfg.data.coords}-{time.strftime('%Y%m%d-%H%M%S')}"
     run_dir = train_dir / "eval" / name
     run_dir.mkdir(parents=True, exist_ok=True)

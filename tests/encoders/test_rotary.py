@@ -58,3 +58,36 @@ def test_angles_stay_exact_at_large_positions():
     naive = (pos * inv.float()).cos().double()  # float32 product
     assert (ours - exact).abs().max() < 1e-6
     assert (naive - exact).abs().max() > 1e-4  # the trap is real
+
+
+def test_last_input_cache_computes_once_per_positions_object():
+    from poslab.encoders.rotary import LastInputCache
+
+    cache, calls = LastInputCache(), []
+
+    def compute(t):
+        calls.append(1)
+        return t * 2
+
+    pos = torch.arange(4.0)
+    for _ in range(3):
+        torch.testing.assert_close(cache.get(pos, compute), pos * 2)
+    assert len(calls) == 1
+    pos.add_(1)  # in place: the version counter changes
+    torch.testing.assert_close(cache.get(pos, compute), pos * 2)
+    other = torch.arange(4.0)  # a new object with other values
+    torch.testing.assert_close(cache.get(other, compute), other * 2)
+    assert len(calls) == 3
+
+
+def test_rope2d_cache_follows_new_positions():
+    from poslab.encoders import build_encoder
+    from poslab.encoders.grid import grid_coordinates
+
+    enc = build_encoder("rope2d", dim=32, num_heads=2)
+    q = torch.randn(1, 2, 4, 16)
+    a = enc.rotate(q, grid_coordinates((2, 2)))
+    b = enc.rotate(q, grid_coordinates((2, 2)) * 2)
+    fresh = build_encoder("rope2d", dim=32, num_heads=2).rotate(q, grid_coordinates((2, 2)) * 2)
+    torch.testing.assert_close(b, fresh)
+    assert not torch.allclose(a, b)

@@ -14,7 +14,7 @@ import torch
 from poslab.encoders.base import PositionEncoder
 from poslab.encoders.grid import split_coords
 from poslab.encoders.registry import register_encoder
-from poslab.encoders.rotary import Layout, apply_rotary, per_token_angles, rotation_angles
+from poslab.encoders.rotary import LastInputCache, Layout, apply_cos_sin, per_token_angles, rotation_angles
 from poslab.errors import ConfigError
 
 
@@ -32,6 +32,7 @@ class AxialRoPE2D(PositionEncoder):
         quarter = self.head_dim // 4
         inv_freq = 1.0 / base ** (torch.arange(0, self.head_dim, 4, dtype=torch.float64)[:quarter] / self.head_dim)
         self.register_buffer("inv_freq", inv_freq, persistent=False)
+        self._cos_sin = LastInputCache()
 
     def angles(self, coords: torch.Tensor) -> torch.Tensor:
         """``[..., L, 2] -> [..., L, Dh/2]``: column angles first, then row angles."""
@@ -39,8 +40,12 @@ class AxialRoPE2D(PositionEncoder):
         return torch.cat((rotation_angles(cols, self.inv_freq), rotation_angles(rows, self.inv_freq)), dim=-1)
 
     def rotate(self, x, pos):
-        angles = self.angles(self.field(pos).to(x.device))
-        return apply_rotary(x, per_token_angles(angles), self.layout)
+        def cos_sin(coords):
+            angles = per_token_angles(self.angles(coords.to(x.device)))
+            return angles.cos(), angles.sin()
+
+        cos, sin = self._cos_sin.get(self.field(pos), cos_sin)
+        return apply_cos_sin(x, cos, sin, self.layout)
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, base={self.base}, layout={self.layout}"

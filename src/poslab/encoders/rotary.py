@@ -40,10 +40,14 @@ def apply_rotary(x: torch.Tensor, angles: torch.Tensor, layout: Layout = "interl
     unchanged (partial rotary). ``angles`` must broadcast against
     ``x[..., :R]``. The rotation runs in float32 and is cast back to x's dtype.
     """
-    rot = 2 * angles.shape[-1]
+    return apply_cos_sin(x, angles.cos(), angles.sin(), layout)
+
+
+def apply_cos_sin(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, layout: Layout = "interleaved") -> torch.Tensor:
+    """:func:`apply_rotary` with ``cos`` / ``sin`` of the angles precomputed (and cached)."""
+    rot = 2 * cos.shape[-1]
     if rot > x.shape[-1]:
         raise ValueError(f"{rot} rotary channels exceed head dim {x.shape[-1]}")
-    cos, sin = angles.cos(), angles.sin()
     xr = x[..., :rot].float()
     if layout == "interleaved":
         a, b = xr[..., 0::2], xr[..., 1::2]
@@ -60,3 +64,26 @@ def apply_rotary(x: torch.Tensor, angles: torch.Tensor, layout: Layout = "interl
 def per_token_angles(angles: torch.Tensor) -> torch.Tensor:
     """Insert the head axis into shared angles: ``[L, R]`` stays, ``[B, L, R] -> [B, 1, L, R]``."""
     return angles.unsqueeze(-3) if angles.dim() == 3 else angles
+
+
+class LastInputCache:
+    """Remembers ``compute(t)`` for the last tensor ``t`` it was given.
+
+    Every layer rotates queries and keys with the same positions object, so
+    fixed-frequency tables are computed once per forward pass instead of
+    2 × depth times. The source tensor is held, so its ``id`` cannot be reused
+    by another tensor, and its in-place version counter is checked. Only for
+    values that need no gradient (fixed frequencies).
+    """
+
+    def __init__(self) -> None:
+        self._source: torch.Tensor | None = None
+        self._version = -1
+        self._value = None
+
+    def get(self, source: torch.Tensor, compute):
+        if source is not self._source or source._version != self._version:
+            with torch.no_grad():
+                self._value = compute(source)
+            self._source, self._version = source, source._version
+        return self._value
