@@ -11,7 +11,7 @@ PYTEST    = $(BIN)/python -m pytest
 RUN_PYTEST = rc=0; $(PYTEST) $(1) || rc=$$?; if [ $$rc -eq 5 ]; then echo "pytest collected no tests" >&2; exit 1; fi; exit $$rc
 
 .DEFAULT_GOAL := help
-.PHONY: help install test test-slow test-all train eval clean
+.PHONY: help install test test-slow test-all lint train eval clean
 
 help: ## list targets, modalities and encoders
 	@echo "poslab — position encoders compared on text, image patches and time series"
@@ -38,6 +38,10 @@ test-slow: ## only the slow tier (full-length training checks)
 
 test-all: ## every test that needs no network
 	@$(call RUN_PYTEST,-q -m "not network")
+
+lint: ## ruff: style and common bugs
+	$(BIN)/ruff check src tests
+	$(BIN)/ruff format --check src tests
 
 train: ## train one model: MODALITY=vision ENCODER=rope2d ARGS="seed=1 trainer.max_epochs=5"
 	$(BIN)/poslab train modality=$(MODALITY) $(if $(ENCODER),encoder=$(ENCODER)) $(ARGS)

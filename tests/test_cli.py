@@ -34,7 +34,11 @@ def run_cli(capsys, *argv):
 @pytest.mark.parametrize(
     ("argv", "expected"),
     [
-        (["train", "encoder=rope"], "unknown encoder 'rope' (did you mean 'rope2d'?); valid for vision: " + ", ".join(available_encoders("vision"))),
+        (
+            ["train", "encoder=rope"],
+            "unknown encoder 'rope' (did you mean 'rope2d'?); valid for vision: "
+            + ", ".join(available_encoders("vision")),
+        ),
         (["train", "data.batchsize=3"], "unknown config key 'data.batchsize' (did you mean 'data.batch_size'?)"),
         (["train", "model.depth=deep"], "config key 'model.depth' expects int, got 'deep'"),
         (["train", "trainer=tpu"], "unknown trainer 'tpu' (did you mean 'gpu'?); valid: cpu, ddp, gpu"),

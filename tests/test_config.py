@@ -54,9 +54,7 @@ def test_experiment_defaults_and_values_apply(tmp_path, monkeypatch):
         for f in (config_dir() / sub).glob("*.yaml"):
             (tmp_path / sub / f.name).write_text(f.read_text())
     (tmp_path / "train.yaml").write_text((config_dir() / "train.yaml").read_text())
-    (tmp_path / "experiment" / "probe.yaml").write_text(
-        "defaults:\n  encoder: rope2d\ndata:\n  image_size: 56\n"
-    )
+    (tmp_path / "experiment" / "probe.yaml").write_text("defaults:\n  encoder: rope2d\ndata:\n  image_size: 56\n")
     monkeypatch.setenv("POSLAB_CONFIG_DIR", str(tmp_path))
     cfg = compose(["experiment=probe"])
     assert (cfg.experiment, cfg.encoder.name, cfg.data.image_size) == ("probe", "rope2d", 56)

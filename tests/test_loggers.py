@@ -7,8 +7,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 from poslab.config import compose
 from poslab.loggers import resolve_wandb_mode
 from poslab.train import train
@@ -63,7 +61,9 @@ def test_the_printed_sync_command_is_valid(tiny):
     run_dir = summary["wandb"]["dir"]
     wandb_bin = Path(sys.executable).with_name("wandb")
     env = {k: v for k, v in os.environ.items() if k != "WANDB_SILENT"}
-    out = subprocess.run([str(wandb_bin), "sync", "--dry-run", run_dir], capture_output=True, text=True, timeout=60, env=env)
+    out = subprocess.run(
+        [str(wandb_bin), "sync", "--dry-run", run_dir], capture_output=True, text=True, timeout=60, env=env
+    )
     assert out.returncode == 0, out.stderr
     assert "Would sync 1 run(s)" in out.stdout + out.stderr
 

@@ -106,7 +106,9 @@ def test_relative_run_root_works(tiny, tmp_path, monkeypatch):
     summary = train(compose([*overrides, "run.root=rel-runs", "run.name=rel"]))
     assert Path(summary["run_dir"]) == tmp_path / "rel-runs" / "vision" / "rel"
     assert (tmp_path / "rel-runs" / "vision" / "rel" / summary["checkpoints"]["best"]).exists()
-    again = evaluate(Path("rel-runs/vision/rel/checkpoints/best.ckpt"), ["logger=none", "trainer.enable_progress_bar=false"])
+    again = evaluate(
+        Path("rel-runs/vision/rel/checkpoints/best.ckpt"), ["logger=none", "trainer.enable_progress_bar=false"]
+    )
     assert Path(again["run_dir"]).parent == tmp_path / "rel-runs" / "vision" / "rel" / "eval"
 
 
@@ -131,5 +133,7 @@ def test_a_finished_run_name_is_not_overwritten(tiny):
 @pytest.mark.slow
 def test_default_recipe_reaches_the_accuracy_target(tmp_path, data_root):
     """Issue target: `make train MODALITY=vision` reaches test/acc >= 0.96 (about 45 s here)."""
-    summary = train(compose(["logger=none", f"run.root={tmp_path}", f"data.root={data_root}", "trainer.enable_progress_bar=false"]))
+    summary = train(
+        compose(["logger=none", f"run.root={tmp_path}", f"data.root={data_root}", "trainer.enable_progress_bar=false"])
+    )
     assert summary["metrics"]["test/acc"] >= 0.96

@@ -94,6 +94,8 @@ class PerClassAccuracy(Reporter):
         if values is None:
             return
         names = list(trainer.datamodule.class_names)
-        self.add_table(trainer, "test/acc_per_class", ["class", "acc"], [[n, float(v)] for n, v in zip(names, values)])
+        self.add_table(
+            trainer, "test/acc_per_class", ["class", "acc"], [[n, float(v)] for n, v in zip(names, values, strict=True)]
+        )
         fig = plots.per_class_figure(names, values, f"test accuracy per class ({pl_module.encoder.name})")
         self.add_figure(trainer, "test/acc_per_class", fig)

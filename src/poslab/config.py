@@ -181,7 +181,9 @@ def validate(cfg: DictConfig) -> DictConfig:
     modality = cfg.get("modality")
     if modality not in MODALITY_SCHEMAS:
         valid = sorted(MODALITY_SCHEMAS)
-        raise ConfigError(f"unknown modality '{modality}'{did_you_mean(str(modality), valid)}; valid: {', '.join(valid)}")
+        raise ConfigError(
+            f"unknown modality '{modality}'{did_you_mean(str(modality), valid)}; valid: {', '.join(valid)}"
+        )
     encoder = OmegaConf.select(cfg, "encoder.name")
     encoder_class(encoder, modality)
     schema = root_schema(modality, encoder_schema(encoder, _resolved_options(encoder_options(encoder), encoder)))

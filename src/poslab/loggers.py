@@ -118,7 +118,13 @@ def wandb_info(logger: Any, mode: str) -> dict[str, Any]:
     url = getattr(run, "url", None) if mode == "online" else None
     path = getattr(run, "path", None) if mode == "online" else None
     sync = f"wandb sync {shlex.quote(run_dir)}" if mode == "offline" and run_dir else None
-    return {"mode": mode, "dir": run_dir, "url": url, "path": "/".join(path) if isinstance(path, list) else path, "sync_command": sync}
+    return {
+        "mode": mode,
+        "dir": run_dir,
+        "url": url,
+        "path": "/".join(path) if isinstance(path, list) else path,
+        "sync_command": sync,
+    }
 
 
 def log_figure(logger: Any, key: str, fig: Figure, path: Path) -> Path:

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import time
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -30,11 +32,8 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     import os
 
     import lightning as L
-    from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint
 
-    from poslab.callbacks import EncoderFigure, StepTimer
     from poslab.data import build_datamodule
-    from poslab.loggers import build_logger, finish_logger
     from poslab.tasks import build_task
 
     start = time.perf_counter()
@@ -48,54 +47,45 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     name = run_name(cfg)
     os.environ[RUN_NAME_ENV] = name  # DDP children re-run the command and must find the same directory
     run_dir = create_run_dir(cfg, name)
-    logger = None
     try:
-        logger = build_logger(cfg, run_dir, name)
-        monitor, mode = task.monitor
-        checkpoint = ModelCheckpoint(
-            dirpath=run_dir / "checkpoints",
-            filename="best",
-            monitor=monitor,
-            mode=mode,
-            save_last=True,
-            auto_insert_metric_name=False,
-        )
-        callbacks = [checkpoint, StepTimer(), EncoderFigure(), *task.report_callbacks()]
-        if logger is not None:
-            callbacks.append(LearningRateMonitor(logging_interval="step"))
-        trainer = build_trainer(cfg, run_dir, logger, callbacks)
-        trainer.fit(task, datamodule=datamodule)
-        fit_metrics = scalar_metrics(trainer.callback_metrics)
-        best = checkpoint.best_model_path or None
-        test_metrics = trainer.test(task, datamodule=datamodule, ckpt_path=best, verbose=False, weights_only=True)
-        metrics = {**fit_metrics, **(test_metrics[0] if test_metrics else {})}
-        if checkpoint.best_model_score is not None:
-            metrics[f"{monitor}_best"] = float(checkpoint.best_model_score)
-        summary = build_summary(
-            "train",
-            cfg,
-            run_dir,
-            name,
-            trainer,
-            task,
-            logger,
-            metrics,
-            checkpoints={
-                "best": _relative(best, run_dir),
-                "last": _relative(checkpoint.last_model_path or None, run_dir),
-            },
-            wall_time_s=time.perf_counter() - start,
-        )
-        if trainer.is_global_zero:
-            write_summary(run_dir, summary)
-    except PoslabError:
-        remove_run_dir(run_dir)
-        raise
+        with logged_run(cfg, run_dir, name, "train") as logger:
+            return _fit_and_test(cfg, datamodule, task, run_dir, name, logger, start)
     finally:
-        finish_logger(logger)
         if "LOCAL_RANK" not in os.environ:
             os.environ.pop(RUN_NAME_ENV, None)
-    return summary
+
+
+def _fit_and_test(cfg, datamodule, task, run_dir: Path, name: str, logger: Any, start: float) -> dict[str, Any]:
+    """Fit, test the best checkpoint, write the summary."""
+    from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint
+
+    from poslab.callbacks import EncoderFigure, StepTimer
+
+    monitor, mode = task.monitor
+    checkpoint = ModelCheckpoint(
+        dirpath=run_dir / "checkpoints",
+        filename="best",
+        monitor=monitor,
+        mode=mode,
+        save_last=True,
+        auto_insert_metric_name=False,
+    )
+    callbacks = [checkpoint, StepTimer(), EncoderFigure(), *task.report_callbacks()]
+    if logger is not None:
+        callbacks.append(LearningRateMonitor(logging_interval="step"))
+    trainer = build_trainer(cfg, run_dir, logger, callbacks)
+    trainer.fit(task, datamodule=datamodule)
+    fit_metrics = scalar_metrics(trainer.callback_metrics)
+    best = checkpoint.best_model_path or None
+    test_metrics = trainer.test(task, datamodule=datamodule, ckpt_path=best, verbose=False, weights_only=True)
+    metrics = {**fit_metrics, **(test_metrics[0] if test_metrics else {})}
+    if checkpoint.best_model_score is not None:
+        metrics[f"{monitor}_best"] = float(checkpoint.best_model_score)
+    checkpoints = {
+        "best": _relative(best, run_dir),
+        "last": _relative(checkpoint.last_model_path or None, run_dir),
+    }
+    return finish_run("train", cfg, run_dir, name, trainer, task, metrics, checkpoints, start)
 
 
 def evaluate(ckpt: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> dict[str, Any]:
@@ -106,7 +96,6 @@ def evaluate(ckpt: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> d
     Results go to ``<train run>/eval/<name>/summary.json``.
     """
     from poslab.data import build_datamodule
-    from poslab.loggers import build_logger, finish_logger
     from poslab.tasks import task_from_checkpoint
 
     start = time.perf_counter()
@@ -128,32 +117,37 @@ def evaluate(ckpt: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> d
     name = cfg.run.name or f"size{datamodule.image_size}-{cfg.data.coords}-{time.strftime('%Y%m%d-%H%M%S')}"
     run_dir = train_dir / "eval" / name
     run_dir.mkdir(parents=True, exist_ok=True)
-    logger = None
-    try:
+    with logged_run(cfg, run_dir, f"{train_dir.name}-eval-{name}", "eval") as logger:
         from poslab.callbacks import EncoderFigure
 
-        logger = build_logger(cfg, run_dir, f"{train_dir.name}-eval-{name}", job_type="eval")
         trainer = build_trainer(cfg, run_dir, logger, [EncoderFigure(), *task.report_callbacks()])
         metrics = trainer.test(task, datamodule=datamodule, verbose=False)[0]
-        summary = build_summary(
-            "eval",
-            cfg,
-            run_dir,
-            name,
-            trainer,
-            task,
-            logger,
-            metrics,
-            checkpoints={"source": str(path)},
-            wall_time_s=time.perf_counter() - start,
-        )
-        if trainer.is_global_zero:
-            write_summary(run_dir, summary)
+        return finish_run("eval", cfg, run_dir, name, trainer, task, metrics, {"source": str(path)}, start)
+
+
+@contextmanager
+def logged_run(cfg: DictConfig, run_dir: Path, name: str, job_type: str) -> Iterator[Any]:
+    """The run's logger, always finished; on bad input the run directory is removed."""
+    from poslab.loggers import build_logger, finish_logger
+
+    logger = None
+    try:
+        logger = build_logger(cfg, run_dir, name, job_type=job_type)
+        yield logger
     except PoslabError:
         remove_run_dir(run_dir)
         raise
     finally:
         finish_logger(logger)
+
+
+def finish_run(kind, cfg, run_dir, name, trainer, task, metrics, checkpoints, start) -> dict[str, Any]:
+    """Build ``summary.json`` and write it (rank 0 only), last and atomically."""
+    summary = build_summary(
+        kind, cfg, run_dir, name, trainer, task, trainer.logger, metrics, checkpoints, time.perf_counter() - start
+    )
+    if trainer.is_global_zero:
+        write_summary(run_dir, summary)
     return summary
 
 

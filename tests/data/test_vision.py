@@ -69,7 +69,9 @@ def test_batches_carry_their_positions(mnist5k):
 def test_image_size_is_config_and_coords_follow_the_option(data_root):
     for mode, corner in (("raw", 7.0), ("rescaled", (7 + 0.5) * 4 / 8 - 0.5)):
         trained = compose([f"data.root={data_root}"]).data  # native 28 px
-        dm = VisionDataModule(compose([f"data.root={data_root}", "data.image_size=56", f"data.coords={mode}"]).data, train_data=trained)
+        dm = VisionDataModule(
+            compose([f"data.root={data_root}", "data.image_size=56", f"data.coords={mode}"]).data, train_data=trained
+        )
         dm.setup()
         assert dm.grid == (8, 8) and dm.train_grid == (4, 4)
         batch = dm.on_after_batch_transfer(next(iter(dm.test_dataloader())), 0)

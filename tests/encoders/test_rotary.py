@@ -14,8 +14,12 @@ def test_interleaved_layout_is_complex_multiplication():
     """RoFormer eq. 34 in complex form: (x0 + i x1) * exp(i θ) on adjacent pairs."""
     x = torch.randn(3, 8, dtype=torch.float64)
     theta = torch.randn(3, 4, dtype=torch.float64)
-    expected = torch.view_as_real(torch.view_as_complex(x.view(3, 4, 2).contiguous()) * torch.polar(torch.ones_like(theta), theta))
-    torch.testing.assert_close(apply_rotary(x, theta.float(), "interleaved").double(), expected.reshape(3, 8), atol=1e-6, rtol=0)
+    expected = torch.view_as_real(
+        torch.view_as_complex(x.view(3, 4, 2).contiguous()) * torch.polar(torch.ones_like(theta), theta)
+    )
+    torch.testing.assert_close(
+        apply_rotary(x, theta.float(), "interleaved").double(), expected.reshape(3, 8), atol=1e-6, rtol=0
+    )
 
 
 def test_half_layout_is_rotate_half():

@@ -51,7 +51,9 @@ def test_resampling_to_the_same_grid_is_the_identity():
 def test_resampling_matches_timm_bicubic_interpolation():
     """timm resample_abs_pos_embed == F.interpolate(bicubic, align_corners=False) on the grid."""
     table = torch.randn(4, 4, 6)
-    ref = torch.nn.functional.interpolate(table.permute(2, 0, 1)[None], size=(8, 6), mode="bicubic", align_corners=False)
+    ref = torch.nn.functional.interpolate(
+        table.permute(2, 0, 1)[None], size=(8, 6), mode="bicubic", align_corners=False
+    )
     torch.testing.assert_close(resample_grid_table(table, (8, 6)), ref[0].permute(1, 2, 0))
 
 

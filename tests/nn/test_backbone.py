@@ -83,7 +83,9 @@ def test_no_op_encoder_leaves_a_permutation_equivariant_model():
     model = make(Recorder())
     x = torch.randn(1, 6, 16)
     perm = torch.randperm(6)
-    torch.testing.assert_close(model(x, torch.arange(6))[:, perm], model(x[:, perm], torch.arange(6)), atol=1e-5, rtol=0)
+    torch.testing.assert_close(
+        model(x, torch.arange(6))[:, perm], model(x[:, perm], torch.arange(6)), atol=1e-5, rtol=0
+    )
 
 
 def test_causal_masking_with_and_without_bias():

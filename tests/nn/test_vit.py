@@ -16,14 +16,28 @@ PATCH, GRID = 4, 4
 def permute_patches(images: torch.Tensor, perm: torch.Tensor) -> torch.Tensor:
     """Move image patches around: patch perm[i] goes to slot i (row-major)."""
     b, c = images.shape[:2]
-    patches = images.reshape(b, c, GRID, PATCH, GRID, PATCH).permute(0, 2, 4, 1, 3, 5).reshape(b, GRID * GRID, c, PATCH, PATCH)
+    patches = (
+        images.reshape(b, c, GRID, PATCH, GRID, PATCH)
+        .permute(0, 2, 4, 1, 3, 5)
+        .reshape(b, GRID * GRID, c, PATCH, PATCH)
+    )
     patches = patches[:, perm].reshape(b, GRID, GRID, c, PATCH, PATCH).permute(0, 3, 1, 4, 2, 5)
     return patches.reshape(b, c, GRID * PATCH, GRID * PATCH)
 
 
 def vit(name: str, pool: str) -> ViT:
     torch.manual_seed(0)
-    model = ViT(build(name), in_chans=1, num_classes=10, patch_size=PATCH, dim=32, depth=2, num_heads=2, mlp_ratio=2.0, pool=pool)
+    model = ViT(
+        build(name),
+        in_chans=1,
+        num_classes=10,
+        patch_size=PATCH,
+        dim=32,
+        depth=2,
+        num_heads=2,
+        mlp_ratio=2.0,
+        pool=pool,
+    )
     return model.eval()
 
 

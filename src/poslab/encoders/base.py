@@ -58,9 +58,7 @@ class PositionEncoder(nn.Module):
         """Per-head queries or keys ``[B, H, L, Dh]`` -> same; default: unchanged."""
         return x
 
-    def attention_bias(
-        self, q_pos: Positions | torch.Tensor, k_pos: Positions | torch.Tensor
-    ) -> torch.Tensor | None:
+    def attention_bias(self, q_pos: Positions | torch.Tensor, k_pos: Positions | torch.Tensor) -> torch.Tensor | None:
         """Additive logits bias ``[H, Lq, Lk]`` (or ``[B, H, Lq, Lk]``); default: None."""
         return None
 

@@ -73,11 +73,7 @@ def encoder_class(name: str, modality: str | None = None) -> type[PositionEncode
 def encoder_options(name: str) -> dict[str, inspect.Parameter]:
     """The keyword options of an encoder: its constructor minus dim / num_heads."""
     params = inspect.signature(encoder_class(name).__init__).parameters
-    return {
-        k: p
-        for k, p in params.items()
-        if k != "self" and k not in STRUCTURAL_ARGS and p.kind is not p.VAR_KEYWORD
-    }
+    return {k: p for k, p in params.items() if k != "self" and k not in STRUCTURAL_ARGS and p.kind is not p.VAR_KEYWORD}
 
 
 def build_encoder(name: str, *, dim: int, num_heads: int, **options: Any) -> PositionEncoder:

@@ -43,7 +43,9 @@ def apply_rotary(x: torch.Tensor, angles: torch.Tensor, layout: Layout = "interl
     return apply_cos_sin(x, angles.cos(), angles.sin(), layout)
 
 
-def apply_cos_sin(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, layout: Layout = "interleaved") -> torch.Tensor:
+def apply_cos_sin(
+    x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, layout: Layout = "interleaved"
+) -> torch.Tensor:
     """:func:`apply_rotary` with ``cos`` / ``sin`` of the angles precomputed (and cached)."""
     rot = 2 * cos.shape[-1]
     if rot > x.shape[-1]:

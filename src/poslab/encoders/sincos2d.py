@@ -31,9 +31,7 @@ class SinCos2D(PositionEncoder):
         """``[..., L, 2]`` -> ``[..., L, D]``: column half first, then row (MAE order)."""
         rows, cols = split_coords(coords)
         half = self.dim // 2
-        return torch.cat(
-            (sincos_1d(cols, half, self.temperature), sincos_1d(rows, half, self.temperature)), dim=-1
-        )
+        return torch.cat((sincos_1d(cols, half, self.temperature), sincos_1d(rows, half, self.temperature)), dim=-1)
 
     def encode_input(self, x, pos):
         return x + self.table(self.field(pos)).to(device=x.device, dtype=x.dtype)

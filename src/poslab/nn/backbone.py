@@ -58,7 +58,11 @@ class Transformer(nn.Module):
     def forward(self, x: torch.Tensor, pos: Positions | torch.Tensor, num_prefix_tokens: int = 0) -> torch.Tensor:
         """``x [B, L, D]`` with the first ``num_prefix_tokens`` tokens unpositioned."""
         p = num_prefix_tokens
-        x = torch.cat((x[:, :p], self.encoder.encode_input(x[:, p:], pos)), dim=1) if p else self.encoder.encode_input(x, pos)
+        x = (
+            torch.cat((x[:, :p], self.encoder.encode_input(x[:, p:], pos)), dim=1)
+            if p
+            else self.encoder.encode_input(x, pos)
+        )
         mask = self.attention_mask(pos, x.shape[1], p, x.dtype, x.device)
         for block in self.blocks:
             x = block(x, self.encoder, pos, mask, p, self.causal)

@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 import lightning as L
-import torch
 import torch.nn.functional as F
 from torchmetrics.classification import MulticlassAccuracy
 
@@ -64,7 +63,9 @@ class ImageClassifier(L.LightningModule):
         loss = F.cross_entropy(logits, batch["label"], label_smoothing=smoothing)
         metric(logits, batch["label"])
         size = batch["label"].shape[0]
-        self.log(f"{stage}/loss", loss, on_step=stage == "train", on_epoch=True, prog_bar=stage != "train", batch_size=size)
+        self.log(
+            f"{stage}/loss", loss, on_step=stage == "train", on_epoch=True, prog_bar=stage != "train", batch_size=size
+        )
         self.log(f"{stage}/acc", metric, on_step=False, on_epoch=True, prog_bar=stage == "val", batch_size=size)
         return loss, logits
 

@@ -1,0 +1,34 @@
+"""The Make targets the README documents pass their variables through."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def make(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["make", "-s", *args], cwd=ROOT, capture_output=True, text=True, timeout=120)
+
+
+def test_train_passes_modality_encoder_and_args():
+    out = make("-n", "train", "MODALITY=vision", "ENCODER=rope2d", "ARGS=seed=1 trainer.max_epochs=2")
+    assert out.stdout.strip() == ".venv/bin/poslab train modality=vision encoder=rope2d seed=1 trainer.max_epochs=2"
+
+
+def test_train_without_encoder_uses_the_modality_default():
+    out = make("-n", "train", "MODALITY=vision")
+    assert out.stdout.split() == [".venv/bin/poslab", "train", "modality=vision"]
+
+
+def test_eval_needs_a_checkpoint():
+    out = make("eval")
+    assert out.returncode != 0 and "make eval needs CKPT=" in out.stderr
+
+
+def test_help_lists_targets_and_encoders():
+    out = make("help")
+    for target in ("install", "test", "test-all", "train", "eval", "clean"):
+        assert f"make {target} " in out.stdout
+    assert "vision: " in out.stdout and "sincos2d" in out.stdout
