@@ -13,11 +13,13 @@ VISION = available_encoders("vision")
 
 
 def build(name: str, dim: int = 32, num_heads: int = 2) -> PositionEncoder:
-    """A registered encoder with the context a 4x4 patch grid gives."""
+    """A registered encoder with the context a 4x4 patch grid / a 64-token context gives."""
     from poslab.encoders import build_encoder_in_context, encoder_options
 
     defaults = {k: p.default for k, p in encoder_options(name).items() if p.default is not p.empty}
-    return build_encoder_in_context(name, dim=dim, num_heads=num_heads, options=defaults, context={"grid_size": (4, 4)})
+    return build_encoder_in_context(
+        name, dim=dim, num_heads=num_heads, options=defaults, context={"grid_size": (4, 4), "max_len": 64}
+    )
 
 
 def test_vision_encoders_are_registered():
@@ -26,8 +28,8 @@ def test_vision_encoders_are_registered():
 
 
 def test_unknown_encoder_lists_valid_names():
-    with pytest.raises(ConfigError, match="unknown encoder 'rope' .*valid: .*rope2d"):
-        build_encoder("rope", dim=32, num_heads=2)
+    with pytest.raises(ConfigError, match="unknown encoder 'rop3' .*valid: .*rope2d"):
+        build_encoder("rop3", dim=32, num_heads=2)
 
 
 def test_unknown_option_names_the_closest():

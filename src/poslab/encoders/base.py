@@ -35,11 +35,14 @@ class PositionEncoder(nn.Module):
     * ``name`` — registered name (set by :func:`register_encoder`).
     * ``modalities`` — modalities it fits, or None for every modality.
     * ``reads`` — the :class:`Positions` field it reads, or None.
+    * ``context_extensions`` — what :meth:`extended` supports at evaluation.
     """
 
     name: ClassVar[str] = ""
     modalities: ClassVar[tuple[str, ...] | None] = None
     reads: ClassVar[str | None] = None
+    #: Context extensions :meth:`extended` accepts (RoPE: linear, ntk, dynamic, yarn).
+    context_extensions: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, dim: int, num_heads: int) -> None:
         super().__init__()
@@ -61,6 +64,10 @@ class PositionEncoder(nn.Module):
     def attention_bias(self, q_pos: Positions | torch.Tensor, k_pos: Positions | torch.Tensor) -> torch.Tensor | None:
         """Additive logits bias ``[H, Lq, Lk]`` (or ``[B, H, Lq, Lk]``); default: None."""
         return None
+
+    def extended(self, kind: str, factor: float) -> PositionEncoder:
+        """A copy that extends the context ``factor``-fold by ``kind``, for evaluation only."""
+        raise NotImplementedError(f"encoder '{self.name}' has no context extension '{kind}'")
 
     # -- helpers ------------------------------------------------------------
     @classmethod

@@ -1,0 +1,51 @@
+"""``learned``: an absolute table of ``max_len`` learned embeddings.
+
+GPT-2 / BERT style (and ViT's 1D table): position p gets row p. There is no
+row past ``max_len − 1``, so a longer input is an error that names
+``max_len`` rather than an IndexError, and length extrapolation records why
+it cannot run.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from poslab.encoders.base import PositionEncoder
+from poslab.encoders.registry import register_encoder
+from poslab.errors import PoslabError
+
+
+class PositionOutOfRange(PoslabError):
+    """A position past what the encoder can represent (e.g. a learned table)."""
+
+
+@register_encoder("learned")
+class Learned(PositionEncoder):
+    modalities = ("text", "timeseries")
+    reads = "steps"
+
+    def __init__(self, dim: int, num_heads: int, max_len: int | None = None, init_std: float = 0.02) -> None:
+        super().__init__(dim, num_heads)
+        if max_len is None:
+            raise PoslabError("learned needs encoder.max_len (the longest position it will see)")
+        self.max_len = int(max_len)
+        self.table = nn.Embedding(self.max_len, dim)
+        nn.init.normal_(self.table.weight, std=init_std)
+
+    def encode_input(self, x, pos):
+        steps = self.field(pos).to(x.device)
+        if steps.is_floating_point():
+            if not torch.equal(steps, steps.round()):
+                raise PoslabError("learned positions must be integers")
+            steps = steps.long()
+        top = int(steps.max())
+        if top >= self.max_len or int(steps.min()) < 0:
+            raise PositionOutOfRange(
+                f"learned: position {top} is past encoder.max_len={self.max_len} "
+                f"(a sequence of {top + 1} tokens); train with a larger encoder.max_len or use another encoder"
+            )
+        return x + self.table(steps).to(x.dtype)
+
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}, max_len={self.max_len}"

@@ -1,0 +1,38 @@
+"""``relative``: Shaw-style clipped relative positions as a per-head logits bias.
+
+Shaw, Uszkoreit & Vaswani 2018, "Self-Attention with Relative Position
+Representations": offsets are clipped to [−k, k] (eq. 5), each clipped offset
+gets a learned representation. Here the representation is one scalar per head
+(the bias form later used by Transformer-XL's and T5's simplifications),
+added to the logits after SDPA's 1/√d scaling; offsets beyond ±``max_distance``
+share the edge value.
+"""
+
+from __future__ import annotations
+
+from torch import nn
+
+from poslab.encoders.alibi import relative_distances
+from poslab.encoders.base import PositionEncoder
+from poslab.encoders.registry import register_encoder
+
+
+@register_encoder("relative")
+class ClippedRelative(PositionEncoder):
+    modalities = ("text", "timeseries")
+    reads = "steps"
+
+    def __init__(self, dim: int, num_heads: int, max_distance: int = 32) -> None:
+        super().__init__(dim, num_heads)
+        self.max_distance = max_distance
+        self.bias = nn.Embedding(2 * max_distance + 1, num_heads)
+        nn.init.zeros_(self.bias.weight)
+
+    def attention_bias(self, q_pos, k_pos):
+        device = self.bias.weight.device
+        relative = relative_distances(self.field(q_pos).to(device), self.field(k_pos).to(device))
+        index = relative.round().long().clamp(-self.max_distance, self.max_distance) + self.max_distance
+        return self.bias(index).movedim(-1, -3)
+
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}, max_distance={self.max_distance}"

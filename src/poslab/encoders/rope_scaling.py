@@ -1,0 +1,96 @@
+"""RoPE context extensions as pure functions: config -> (inverse frequencies, attention factor).
+
+Table-driven like Hugging Face's ``modeling_rope_utils.py``; every function
+returns float64 inverse frequencies for the ``dim`` rotated channels and the
+factor that multiplies cos and sin (so q·k scales by its square).
+
+* ``linear`` — Position Interpolation (Chen et al. 2023): θ_i / s, i.e. positions / s.
+* ``ntk`` — NTK-aware scaling (bloc97, 2023): base' = base · s^(d/(d−2)).
+* ``dynamic`` — dynamic NTK (emozilla, 2023; HF ``_compute_dynamic_ntk_parameters``):
+  the NTK base recomputed from the current length once it exceeds the original,
+  base' = base · (s·L/L₀ − (s − 1))^(d/(d−2)).
+* ``yarn`` — YaRN (Peng et al. 2023, eqs. 17–21): per-dimension blend of
+  interpolated and original frequencies with a linear ramp between the
+  dimensions that rotate ``beta_fast`` (32) and ``beta_slow`` (1) times over
+  the original context; attention factor √(1/t) = 0.1·ln(s) + 1 (eq. 22).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal, Optional
+
+import torch
+
+ScalingType = Literal["none", "linear", "ntk", "dynamic", "yarn"]
+
+
+@dataclass
+class RopeScaling:
+    """``encoder.scaling`` of ``rope``; ``original_max_len`` null = the training context."""
+
+    type: ScalingType = "none"
+    factor: float = 1.0
+    original_max_len: Optional[int] = None  # noqa: UP045 (OmegaConf reads typing.Optional)
+    beta_fast: float = 32.0
+    beta_slow: float = 1.0
+
+
+def default_inv_freq(base: float, dim: int) -> torch.Tensor:
+    """RoFormer eq. 15: θ_i = base^(−2i/d), i < d/2 (float64)."""
+    return 1.0 / base ** (torch.arange(0, dim, 2, dtype=torch.float64) / dim)
+
+
+def _none(base, dim, s, original, seq_len, cfg):
+    return default_inv_freq(base, dim), 1.0
+
+
+def _linear(base, dim, s, original, seq_len, cfg):
+    return default_inv_freq(base, dim) / s, 1.0
+
+
+def _ntk(base, dim, s, original, seq_len, cfg):
+    return default_inv_freq(base * s ** (dim / (dim - 2)), dim), 1.0
+
+
+def _dynamic(base, dim, s, original, seq_len, cfg):
+    length = max(seq_len, original)
+    scaled_base = base * ((s * length / original) - (s - 1)) ** (dim / (dim - 2))
+    return default_inv_freq(scaled_base, dim), 1.0
+
+
+def yarn_attention_factor(s: float) -> float:
+    """YaRN eq. 22: √(1/t) = 0.1·ln(s) + 1 (1 for s ≤ 1)."""
+    return 1.0 if s <= 1 else 0.1 * math.log(s) + 1.0
+
+
+def _yarn(base, dim, s, original, seq_len, cfg):
+    def correction_dim(rotations: float) -> float:
+        # the dimension index whose wavelength fits `rotations` times into the original context
+        return (dim * math.log(original / (rotations * 2 * math.pi))) / (2 * math.log(base))
+
+    low = max(math.floor(correction_dim(cfg.beta_fast)), 0)
+    high = min(math.ceil(correction_dim(cfg.beta_slow)), dim - 1)
+    if low == high:
+        high += 0.001
+    ramp = ((torch.arange(dim // 2, dtype=torch.float64) - low) / (high - low)).clamp(0, 1)
+    extrapolation = 1 - ramp  # 1: keep the original frequency (fast dims), 0: interpolate
+    inv = default_inv_freq(base, dim)
+    return inv / s * (1 - extrapolation) + inv * extrapolation, yarn_attention_factor(s)
+
+
+SCALINGS: dict[str, Callable] = {"none": _none, "linear": _linear, "ntk": _ntk, "dynamic": _dynamic, "yarn": _yarn}
+
+
+def scaled_frequencies(
+    cfg: RopeScaling, *, base: float, dim: int, original_max_len: int | None, seq_len: int = 0
+) -> tuple[torch.Tensor, float]:
+    """(inverse frequencies ``[dim/2]`` float64, attention factor) for ``cfg``."""
+    if cfg.type == "none" or (cfg.factor == 1.0 and cfg.type != "dynamic"):
+        return default_inv_freq(base, dim), 1.0
+    original = cfg.original_max_len or original_max_len
+    if original is None and cfg.type in ("dynamic", "yarn"):
+        raise ValueError(f"rope scaling '{cfg.type}' needs original_max_len")
+    return SCALINGS[cfg.type](base, dim, float(cfg.factor), original, seq_len, cfg)
