@@ -35,8 +35,12 @@ def run_cli(capsys, *argv):
     ("argv", "expected"),
     [
         (
-            ["train", "encoder=rope"],
-            "unknown encoder 'rope' (did you mean 'rope2d'?); valid for vision: "
+            ["train", "encoder=rop3"],
+            "unknown encoder 'rop3' (did you mean 'rope2d'?); valid for vision: " + ", ".join(available_encoders("vision")),
+        ),
+        (
+            ["train", "encoder=alibi"],
+            "encoder 'alibi' does not fit modality 'vision' (it fits text, timeseries); encoders for vision: "
             + ", ".join(available_encoders("vision")),
         ),
         (["train", "data.batchsize=3"], "unknown config key 'data.batchsize' (did you mean 'data.batch_size'?)"),
