@@ -40,3 +40,39 @@ def tiny(tmp_path, data_root) -> list[str]:
         "trainer.limit_test_batches=1",
         "trainer.enable_progress_bar=false",
     ]
+
+
+@pytest.fixture(scope="session")
+def corpus_file(tmp_path_factory) -> Path:
+    """A generated 30,000-character corpus (seeded words and line breaks)."""
+    import random
+
+    rng = random.Random(0)
+    words = ["the", "king", "shall", "speak", "to", "thee", "my", "lord", "and", "what", "is", "love", "o", "night"]
+    lines = [" ".join(rng.choice(words) for _ in range(rng.randint(3, 9))).capitalize() + "." for _ in range(900)]
+    path = tmp_path_factory.mktemp("corpus") / "corpus.txt"
+    path.write_text("\n".join(lines)[:30000], encoding="utf-8")
+    return path
+
+
+@pytest.fixture
+def tiny_text(tmp_path, corpus_file) -> list[str]:
+    """Overrides that shrink a text run to a few CPU seconds."""
+    return [
+        "modality=text",
+        "logger=none",
+        f"run.root={tmp_path / 'runs'}",
+        "data=textfile",
+        f"data.path={corpus_file}",
+        "data.context=16",
+        "data.batch_size=8",
+        "data.eval_batch_size=16",
+        "data.eval_tokens=256",
+        "model.dim=32",
+        "model.depth=1",
+        "model.num_heads=2",
+        "trainer.max_steps=4",
+        "trainer.val_check_interval=2",
+        "trainer.limit_val_batches=2",
+        "trainer.enable_progress_bar=false",
+    ]

@@ -36,7 +36,8 @@ def run_cli(capsys, *argv):
     [
         (
             ["train", "encoder=rop3"],
-            "unknown encoder 'rop3' (did you mean 'rope2d'?); valid for vision: " + ", ".join(available_encoders("vision")),
+            "unknown encoder 'rop3' (did you mean 'rope2d'?); valid for vision: "
+            + ", ".join(available_encoders("vision")),
         ),
         (
             ["train", "encoder=alibi"],
@@ -72,7 +73,10 @@ def test_print_config_shows_the_resolved_yaml(capsys):
 def test_list_shows_encoders_and_their_hooks(capsys):
     code, out, _ = run_cli(capsys, "list")
     assert code == 0
-    assert out.startswith("vision: ") and "rope2d (rotate)" in out and "sincos2d (encode_input)" in out
+    lines = dict(line.split(": ", 1) for line in out.strip().splitlines())
+    assert set(lines) == {"text", "vision"}
+    assert "rope2d (rotate)" in lines["vision"] and "sincos2d (encode_input)" in lines["vision"]
+    assert "alibi (attention_bias)" in lines["text"] and "rope (rotate)" in lines["text"]
 
 
 def test_train_prints_the_sync_command_when_offline(capsys, tiny):

@@ -17,7 +17,7 @@ from matplotlib.figure import Figure
 
 from poslab import plots
 from poslab.evaluation.similarity import position_similarity
-from poslab.loggers import log_figure, log_table
+from poslab.loggers import log_figure, log_line_chart, log_table
 
 
 class Reporter(L.Callback):
@@ -99,3 +99,36 @@ class PerClassAccuracy(Reporter):
         )
         fig = plots.per_class_figure(names, values, f"test accuracy per class ({pl_module.encoder.name})")
         self.add_figure(trainer, "test/acc_per_class", fig)
+
+
+class LengthGeneralization(Reporter):
+    """After testing: metrics at each multiple of the training context (see :mod:`poslab.evaluation.lengen`)."""
+
+    def __init__(self, eval_cfg: dict) -> None:
+        super().__init__()
+        self.multiples = list(eval_cfg["multiples"])
+        self.extensions = list(eval_cfg["rope_scaling"])
+
+    def on_test_end(self, trainer, pl_module) -> None:
+        from poslab.evaluation.lengen import evaluate_lengths
+
+        datamodule = trainer.datamodule
+        result = evaluate_lengths(
+            pl_module.backbone,
+            lambda m: pl_module.lengen_metrics(datamodule.lengen_loader(m)),
+            datamodule.context,
+            self.multiples,
+            self.extensions,
+        )
+        self.report["metrics"].update(result.metrics())
+        metric = next(iter(result.rows[0]["values"]), "loss") if result.rows else "loss"
+        rows = [[r["variant"], r["multiple"], r["length"], r["values"].get(metric), r["note"]] for r in result.rows]
+        self.add_table(trainer, f"lengen/{metric}", ["variant", "multiple", "length", metric, "note"], rows)
+        lengths = [m * result.context for m in result.multiples()]
+        series = result.series(metric)
+        if trainer.is_global_zero:
+            log_line_chart(trainer.logger, f"lengen/{metric}_curve", lengths, series, f"{metric} vs context length")
+        title = f"{pl_module.encoder.name}: {metric} vs length (trained at {result.context})"
+        self.add_figure(
+            trainer, f"lengen/{metric}", plots.length_figure(lengths, series, metric, result.context, title)
+        )

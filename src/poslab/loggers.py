@@ -142,6 +142,30 @@ def log_table(logger: Any, key: str, columns: list[str], rows: list[list[Any]]) 
         logger.log_table(key=key, columns=columns, data=rows)
 
 
+def log_line_chart(logger: Any, key: str, xs: list, series: dict[str, list], title: str) -> None:
+    """A W&B line chart with one line per series (points that are None are dropped).
+
+    ``wandb.plot.line_series`` stores its data under ``<key>_table``, so no
+    table of ours may end in ``_table``.
+    """
+    if not is_wandb(logger):
+        return
+    import wandb
+
+    names = [n for n, ys in series.items() if any(y is not None for y in ys)]
+    if not names:
+        return
+    points = [[(x, y) for x, y in zip(xs, series[n], strict=True) if y is not None] for n in names]
+    chart = wandb.plot.line_series(
+        xs=[[x for x, _ in p] for p in points],
+        ys=[[y for _, y in p] for p in points],
+        keys=names,
+        title=title,
+        xname="context length",
+    )
+    logger.experiment.log({key: chart})
+
+
 def finish_logger(logger: Any) -> None:
     """Close the run so the next one in this process is separate, and flush its files."""
     if logger is None:

@@ -57,3 +57,19 @@ def save_figure(fig: Figure, path: Path) -> Path:
 
 def close(fig: Figure) -> None:
     plt.close(fig)
+
+
+def length_figure(lengths: Sequence[int], series: dict, metric: str, context: int, title: str) -> Figure:
+    """Metric against evaluation length, one line per variant; the training length marked."""
+    fig, ax = plt.subplots(figsize=(6.0, 4.0))
+    for name, values in series.items():
+        points = [(x, y) for x, y in zip(lengths, values, strict=True) if y is not None]
+        if points:
+            ax.plot(*zip(*points, strict=True), marker="o", label=name)
+    ax.axvline(context, color="grey", linestyle=":", label="training length")
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(list(lengths), [str(x) for x in lengths])
+    ax.set(xlabel="evaluation length (tokens)", ylabel=metric, title=title)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig

@@ -15,7 +15,9 @@ from typing import Any, Literal, Optional, Union
 
 from omegaconf import MISSING
 
+from poslab.data.text_sources import SOURCES as TEXT_SOURCES
 from poslab.data.vision_sources import SOURCES as VISION_SOURCES
+from poslab.encoders.rope_scaling import SCALINGS
 
 Number = Union[int, float]
 
@@ -41,7 +43,8 @@ class TrainerConfig:
     limit_train_batches: Optional[Number] = MISSING  # null: all; int: batches; float: fraction
     limit_val_batches: Optional[Number] = MISSING
     limit_test_batches: Optional[Number] = MISSING
-    check_val_every_n_epoch: int = MISSING
+    check_val_every_n_epoch: Optional[int] = MISSING
+    val_check_interval: Optional[Number] = MISSING  # null: once per epoch; int: every n training steps
     log_every_n_steps: int = MISSING
     gradient_clip_val: Optional[float] = MISSING
     num_sanity_val_steps: int = MISSING
@@ -78,6 +81,17 @@ class EvalConfig:
     """``poslab eval``: the checkpoint to re-evaluate."""
 
     ckpt: Optional[str] = MISSING
+
+
+Extension = Literal[tuple(k for k in SCALINGS if k != "none")]  # type: ignore[valid-type]
+
+
+@dataclass
+class TextEvalConfig(EvalConfig):
+    """End-of-run length generalisation: multiples of the context, extensions tried."""
+
+    multiples: list[int] = MISSING
+    rope_scaling: list[Extension] = MISSING  # type: ignore[valid-type]
 
 
 # -- vision -----------------------------------------------------------------
@@ -124,6 +138,34 @@ class ClassificationTaskConfig:
     label_smoothing: float = MISSING
 
 
+# -- text ---------------------------------------------------------------------------
+@dataclass
+class TextDataConfig:
+    name: Literal[tuple(TEXT_SOURCES)] = MISSING  # type: ignore[valid-type]
+    root: str = MISSING
+    path: Optional[str] = MISSING
+    context: int = MISSING
+    batch_size: int = MISSING
+    eval_batch_size: int = MISSING
+    eval_tokens: int = MISSING
+    random_positions: Optional[int] = MISSING
+    download: bool = MISSING
+
+
+@dataclass
+class TextModelConfig:
+    dim: int = MISSING
+    depth: int = MISSING
+    num_heads: int = MISSING
+    mlp_ratio: float = MISSING
+    dropout: float = MISSING
+
+
+@dataclass
+class LMTaskConfig:
+    name: Literal["lm"] = MISSING
+
+
 @dataclass(frozen=True)
 class ModalitySchema:
     """The modality-specific parts of the config."""
@@ -131,10 +173,12 @@ class ModalitySchema:
     task: type
     data: type
     model: type
+    eval: type = EvalConfig
 
 
 MODALITY_SCHEMAS: dict[str, ModalitySchema] = {
     "vision": ModalitySchema(task=ClassificationTaskConfig, data=VisionDataConfig, model=ViTConfig),
+    "text": ModalitySchema(task=LMTaskConfig, data=TextDataConfig, model=TextModelConfig, eval=TextEvalConfig),
 }
 
 
@@ -165,6 +209,6 @@ def root_schema(modality: str, encoder: type) -> type:
             ("trainer", TrainerConfig, field(default_factory=TrainerConfig)),
             ("logger", LoggerConfig, field(default_factory=LoggerConfig)),
             ("run", RunConfig, field(default_factory=RunConfig)),
-            ("eval", EvalConfig, field(default_factory=EvalConfig)),
+            ("eval", parts.eval, field(default_factory=parts.eval)),
         ],
     )

@@ -8,6 +8,7 @@ last, atomically: a run directory without one did not finish.
 
 from __future__ import annotations
 
+import secrets
 import time
 import warnings
 from collections.abc import Iterator
@@ -70,7 +71,7 @@ def _fit_and_test(cfg, datamodule, task, run_dir: Path, name: str, logger: Any, 
         save_last=True,
         auto_insert_metric_name=False,
     )
-    callbacks = [checkpoint, StepTimer(), EncoderFigure(), *task.report_callbacks()]
+    callbacks = [checkpoint, StepTimer(), EncoderFigure(), *task.report_callbacks(cfg)]
     if logger is not None:
         callbacks.append(LearningRateMonitor(logging_interval="step"))
     trainer = build_trainer(cfg, run_dir, logger, callbacks)
@@ -114,13 +115,13 @@ def evaluate(ckpt: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> d
     task = task_from_checkpoint(checkpoint)
 
     train_dir = path.resolve().parent.parent
-    name = cfg.run.name or f"size{datamodule.image_size}-{cfg.data.coords}-{time.strftime('%Y%m%d-%H%M%S')}"
+    name = cfg.run.name or f"eval-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
     run_dir = train_dir / "eval" / name
     run_dir.mkdir(parents=True, exist_ok=True)
     with logged_run(cfg, run_dir, f"{train_dir.name}-eval-{name}", "eval") as logger:
         from poslab.callbacks import EncoderFigure
 
-        trainer = build_trainer(cfg, run_dir, logger, [EncoderFigure(), *task.report_callbacks()])
+        trainer = build_trainer(cfg, run_dir, logger, [EncoderFigure(), *task.report_callbacks(cfg)])
         metrics = trainer.test(task, datamodule=datamodule, verbose=False)[0]
         return finish_run("eval", cfg, run_dir, name, trainer, task, metrics, {"source": str(path)}, start)
 

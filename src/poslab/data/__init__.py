@@ -1,12 +1,21 @@
 """Data modules, one per modality. Positions are produced here, not in the model.
 
-Modules that import Lightning are imported lazily (``datamodule_for``) so the
-CLI's help and the config validation stay fast.
+Modules that import Lightning are imported lazily, so the CLI's help and the
+config validation stay fast. Each data module offers ``model_facts()`` (what
+the task is sized by) and ``context_options()`` (encoder options the data
+knows: the training patch grid, the longest position).
 """
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
+
+#: modality -> (module, class)
+DATAMODULES = {
+    "vision": ("poslab.data.vision", "VisionDataModule"),
+    "text": ("poslab.data.text", "TextDataModule"),
+}
 
 
 def build_datamodule(cfg: Any, train_cfg: Any = None):
@@ -15,8 +24,6 @@ def build_datamodule(cfg: Any, train_cfg: Any = None):
     ``train_cfg``: the config a checkpoint was trained with, when evaluating it
     on other data (the data module decides what it needs from it).
     """
-    if cfg.modality == "vision":
-        from poslab.data.vision import VisionDataModule
-
-        return VisionDataModule(cfg.data, train_data=train_cfg["data"] if train_cfg else None)
-    raise ValueError(f"no data module for modality '{cfg.modality}'")
+    module, name = DATAMODULES[cfg.modality]
+    cls = getattr(importlib.import_module(module), name)
+    return cls(cfg.data, seed=cfg.seed, train_data=train_cfg["data"] if train_cfg else None)

@@ -68,7 +68,7 @@ class VisionDataModule(L.LightningDataModule):
     ``coords=rescaled`` maps to. Without it, this is the training data.
     """
 
-    def __init__(self, cfg: Any, train_data: Any = None) -> None:
+    def __init__(self, cfg: Any, seed: int = 0, train_data: Any = None) -> None:
         super().__init__()
         self.cfg = cfg
         self.source: ImageSource = SOURCES[cfg.name]
@@ -108,7 +108,11 @@ class VisionDataModule(L.LightningDataModule):
         """What the encoder figure draws: these positions, how many tokens, their grid."""
         return self.positions(), self.num_patches, self.grid
 
-    def context(self) -> dict[str, Any]:
+    def model_facts(self) -> dict[str, Any]:
+        """What the task is sized by."""
+        return {"num_classes": self.num_classes, "in_chans": self.channels}
+
+    def context_options(self) -> dict[str, Any]:
         """What the data tells the encoder (fills options left null)."""
         return {"grid_size": self.train_grid}
 

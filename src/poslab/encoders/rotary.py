@@ -84,8 +84,11 @@ class LastInputCache:
         self._value = None
 
     def get(self, source: torch.Tensor, compute):
-        if source is not self._source or source._version != self._version:
-            with torch.no_grad():
+        version = 0 if source.is_inference() else source._version  # inference tensors have no counter
+        if source is not self._source or version != self._version:
+            # Normal tensors even during validation (inference mode): the value may be
+            # reused by a training step, which saves it for backward.
+            with torch.inference_mode(False), torch.no_grad():
                 self._value = compute(source)
-            self._source, self._version = source, source._version
+            self._source, self._version = source, version
         return self._value

@@ -54,6 +54,10 @@ class ImageClassifier(L.LightningModule):
     def encoder(self):
         return self.model.encoder
 
+    @property
+    def backbone(self):
+        return self.model.backbone
+
     def forward(self, images, pos):
         return self.model(images, pos)
 
@@ -83,7 +87,7 @@ class ImageClassifier(L.LightningModule):
         self.per_class_accuracy = self.test_class_acc.compute().tolist()
         self.test_class_acc.reset()
 
-    def report_callbacks(self) -> list:
+    def report_callbacks(self, cfg) -> list:
         """Task-specific reporters that train / evaluate attach to the Trainer."""
         from poslab.callbacks import PerClassAccuracy
 

@@ -1,0 +1,79 @@
+"""Downloads into the data cache: checksum-verified and atomic.
+
+A file is written to a temporary name in its destination folder, its SHA-256
+checked, then renamed into place: a failed or interrupted download leaves
+nothing behind, and a file that exists is always complete. A file already in
+the data root (``data.root=../shared/data``) is verified and used as is.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+import urllib.request
+from collections.abc import Sequence
+from pathlib import Path
+
+from poslab.errors import DataError
+
+
+def sha256_of(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+USER_AGENT = "poslab-data/1.0 (+https://pypi.org/project/poslab)"  # some mirrors refuse urllib's default
+
+
+def fetch(urls: str | Sequence[str], path: Path, sha256: str, download: bool = True, timeout: float = 60.0) -> Path:
+    """``path`` verified against ``sha256``; downloaded first when missing, trying each mirror in turn."""
+    path = Path(path)
+    urls = [urls] if isinstance(urls, str) else list(urls)
+    if path.exists():
+        actual = sha256_of(path)
+        if actual != sha256:
+            raise DataError(
+                f"{path} fails its checksum (sha256 {actual[:12]}…, expected {sha256[:12]}…); "
+                "delete it to download it again"
+            )
+        return path
+    if not download:
+        raise DataError(f"{path} is missing and data.download=false; download {urls[0]} there or set data.root")
+    errors = []
+    for url in urls:
+        try:
+            return _download(url, path, sha256, timeout)
+        except DataError as exc:
+            errors.append(str(exc))
+    raise DataError("; ".join(errors))
+
+
+def _download(url: str, path: Path, sha256: str, timeout: float) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".part")
+    try:
+        digest = hashlib.sha256()
+        request = urllib.request.Request(url, headers={"User-Agent": USER_AGENT})
+        with os.fdopen(fd, "wb") as out, urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310
+            for chunk in iter(lambda: response.read(1 << 20), b""):
+                digest.update(chunk)
+                out.write(chunk)
+        if digest.hexdigest() != sha256:
+            raise DataError(f"download of {url} fails its checksum (sha256 {digest.hexdigest()[:12]}…)")
+        os.replace(tmp, path)
+    except DataError:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    except Exception as exc:
+        Path(tmp).unlink(missing_ok=True)
+        raise DataError(
+            f"cannot download {url}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
+        ) from None
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path

@@ -1,0 +1,163 @@
+"""Text data module: character-level corpora with step positions.
+
+Training draws random windows of ``context + 1`` characters (nanoGPT's
+``get_batch``) from an endless, seeded stream, so the run length is
+``trainer.max_steps``. Validation and test use non-overlapping windows of
+the held-out text. Positions are ``steps``: ``0..L−1``, or — with
+``data.random_positions=N`` in training — a sorted random sample without
+replacement from ``[0, N)`` per sequence (Ruoss et al. 2023, "Randomized
+Positional Encodings Boost Length Generalization of Transformers"), which works
+with every 1D encoder.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import torch
+from torch.utils.data import DataLoader, Dataset, IterableDataset
+
+from poslab.data.text_sources import SOURCES, TextSplits
+from poslab.errors import ConfigError, DataError
+from poslab.positions import Positions
+
+
+def random_positions(batch: int, length: int, limit: int, generator: torch.Generator | None = None) -> torch.Tensor:
+    """``[batch, length]`` sorted samples without replacement from ``[0, limit)``."""
+    if limit < length:
+        raise ConfigError(f"data.random_positions={limit} must be at least the sequence length {length}")
+    keys = torch.rand(batch, limit, generator=generator)
+    return keys.topk(length, dim=-1).indices.sort(dim=-1).values
+
+
+class Vocabulary:
+    """Characters <-> ids, built from every split so no held-out character is unknown."""
+
+    def __init__(self, chars: str) -> None:
+        self.chars = chars
+        self.index = {c: i for i, c in enumerate(chars)}
+
+    @classmethod
+    def from_splits(cls, splits: TextSplits) -> Vocabulary:
+        return cls("".join(sorted(set(splits.train) | set(splits.val) | set(splits.test))))
+
+    def encode(self, text: str) -> torch.Tensor:
+        try:
+            return torch.tensor([self.index[c] for c in text], dtype=torch.long)
+        except KeyError as exc:
+            raise DataError(f"character {exc.args[0]!r} is not in the vocabulary") from None
+
+    def decode(self, ids) -> str:
+        return "".join(self.chars[int(i)] for i in ids)
+
+    def __len__(self) -> int:
+        return len(self.chars)
+
+
+class RandomWindows(IterableDataset):
+    """Endless batches of random ``length + 1`` windows (inputs + shifted targets)."""
+
+    def __init__(self, tokens: torch.Tensor, length: int, batch_size: int, seed: int) -> None:
+        if len(tokens) <= length + 1:
+            raise DataError(f"training text has {len(tokens)} characters, fewer than a context of {length}")
+        self.tokens, self.length, self.batch_size, self.seed = tokens, length, batch_size, seed
+
+    def __iter__(self) -> Iterator[torch.Tensor]:
+        generator = torch.Generator().manual_seed(self.seed)
+        offsets = torch.arange(self.length + 1)
+        while True:
+            starts = torch.randint(0, len(self.tokens) - self.length - 1, (self.batch_size, 1), generator=generator)
+            yield self.tokens[starts + offsets]
+
+
+class ContiguousWindows(Dataset):
+    """Non-overlapping ``length + 1`` windows (the ALiBi paper's evaluation protocol)."""
+
+    def __init__(self, tokens: torch.Tensor, length: int) -> None:
+        self.tokens, self.length = tokens, length
+        self.count = (len(tokens) - 1) // length
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        return self.tokens[i * self.length : (i + 1) * self.length + 1]
+
+
+class TextDataModule(L.LightningDataModule):
+    def __init__(self, cfg: Any, seed: int = 0, train_data: Any = None) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.seed = seed
+        self.context = int(cfg.context)
+        self.splits: dict[str, torch.Tensor] = {}
+        self.vocab: Vocabulary | None = None
+        self._steps: dict[tuple, torch.Tensor] = {}
+
+    # -- facts for the model -------------------------------------------------------------
+    @property
+    def vocab_size(self) -> int:
+        return len(self.vocab)
+
+    def model_facts(self) -> dict[str, Any]:
+        """What the task is sized by: the characters (saved with the checkpoint)."""
+        return {"vocab": self.vocab.chars}
+
+    def context_options(self) -> dict[str, Any]:
+        """What the data tells the encoder: the longest position seen in training."""
+        return {"max_len": self.cfg.random_positions or self.context}
+
+    def similarity_positions(self) -> tuple[Positions, int, None]:
+        return Positions(steps=torch.arange(self.context)), self.context, None
+
+    # -- Lightning hooks -----------------------------------------------------------------
+    def prepare_data(self) -> None:
+        SOURCES[self.cfg.name](Path(self.cfg.root), self.cfg.download, self.cfg.path)
+
+    def setup(self, stage: str | None = None) -> None:
+        if self.splits:
+            return
+        texts = SOURCES[self.cfg.name](Path(self.cfg.root), False, self.cfg.path)
+        self.vocab = Vocabulary.from_splits(texts)
+        self.splits = {name: self.vocab.encode(getattr(texts, name)) for name in ("train", "val", "test")}
+
+    def held_out(self, split: str) -> torch.Tensor:
+        """The first ``data.eval_tokens`` characters of a held-out split."""
+        return self.splits[split][: self.cfg.eval_tokens + 1]
+
+    def train_dataloader(self) -> DataLoader:
+        windows = RandomWindows(self.splits["train"], self.context, self.cfg.batch_size, self.seed)
+        return DataLoader(windows, batch_size=None)
+
+    def val_dataloader(self) -> DataLoader:
+        return DataLoader(ContiguousWindows(self.held_out("val"), self.context), batch_size=self.cfg.eval_batch_size)
+
+    def test_dataloader(self) -> DataLoader:
+        return DataLoader(ContiguousWindows(self.held_out("test"), self.context), batch_size=self.cfg.eval_batch_size)
+
+    def lengen_loader(self, multiple: int) -> DataLoader:
+        """Test windows of ``multiple`` × the training context (same characters at every length)."""
+        length = self.context * multiple
+        batch = max(1, self.cfg.eval_batch_size // multiple)
+        return DataLoader(ContiguousWindows(self.held_out("test"), length), batch_size=batch)
+
+    def on_after_batch_transfer(self, batch: torch.Tensor, dataloader_idx: int) -> dict[str, Any]:
+        training = self.trainer is not None and self.trainer.training
+        return self.as_batch(batch, training)
+
+    def as_batch(self, windows: torch.Tensor, training: bool = False) -> dict[str, Any]:
+        inputs, targets = windows[:, :-1], windows[:, 1:]
+        return {"tokens": inputs, "targets": targets, "pos": self.positions(inputs.shape, inputs.device, training)}
+
+    def positions(self, shape: torch.Size, device: torch.device, training: bool) -> Positions:
+        batch, length = shape
+        if training and self.cfg.random_positions:
+            return Positions(steps=random_positions(batch, length, self.cfg.random_positions).to(device))
+        key = (length, device)
+        if key not in self._steps:  # one tensor per length, so encoders' per-forward caches hit
+            with torch.inference_mode(False):  # reused by training steps after validation created it
+                self._steps[key] = torch.arange(length, device=device)
+        return Positions(steps=self._steps[key])

@@ -1,0 +1,45 @@
+"""Decoder-only character model on the shared backbone (causal attention)."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from poslab.encoders.base import PositionEncoder
+from poslab.nn.backbone import Transformer
+from poslab.positions import Positions
+
+
+class CausalLM(nn.Module):
+    """Token embedding -> causal pre-norm transformer -> logits over the vocabulary.
+
+    Initialisation follows GPT-2 / nanoGPT (normal, std 0.02); position enters
+    only through the encoder's hooks.
+    """
+
+    def __init__(
+        self,
+        encoder: PositionEncoder,
+        *,
+        vocab_size: int,
+        dim: int,
+        depth: int,
+        num_heads: int,
+        mlp_ratio: float = 4.0,
+        dropout: float = 0.0,
+    ) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(vocab_size, dim)
+        self.dropout = nn.Dropout(dropout)
+        self.backbone = Transformer(
+            encoder, dim=dim, depth=depth, num_heads=num_heads, mlp_ratio=mlp_ratio, dropout=dropout, causal=True
+        )
+        self.head = nn.Linear(dim, vocab_size, bias=False)
+        for module in (self.embed, self.head, *self.backbone.blocks.modules()):  # the encoder keeps its own init
+            if isinstance(module, (nn.Linear, nn.Embedding)):
+                nn.init.normal_(module.weight, std=0.02)
+                if getattr(module, "bias", None) is not None:
+                    nn.init.zeros_(module.bias)
+
+    def forward(self, tokens: torch.Tensor, pos: Positions | torch.Tensor) -> torch.Tensor:
+        return self.head(self.backbone(self.dropout(self.embed(tokens)), pos))

