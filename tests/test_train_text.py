@@ -53,3 +53,18 @@ def test_text_run_logs_lengen_table_and_chart_to_wandb(tiny_text):
     tables = list(Path(summary["wandb"]["dir"], "files", "media", "table").rglob("*.table.json"))
     names = {p.name.split("_")[0] for p in tables}
     assert any("lengen" in str(p) for p in tables), names
+
+
+@pytest.mark.parametrize("task", ["copy", "reverse", "associative_recall"])
+def test_sequence_tasks_train_and_report_accuracy_by_length(tiny_text, task):
+    overrides = [o for o in tiny_text if not o.startswith(("data=", "data.path"))]
+    summary = train(
+        compose([*overrides, f"data={task}", "task.name=sequence", "data.eval_sequences=40", "encoder=alibi"])
+    )
+    metrics = summary["metrics"]
+    assert 0.0 <= metrics["test/acc"] <= 1.0 and "test/bpc" not in metrics
+    assert {f"lengen/acc@{m}x" for m in (1, 2, 4, 8)} <= set(metrics)
+    if task == "associative_recall":
+        rows = summary["tables"]["lengen/acc_by_depth"]["rows"]
+        assert len(rows) == 4 * 10 and {r[0] for r in rows} == {16, 32, 64, 128}
+        assert (Path(summary["run_dir"]) / summary["figures"]["lengen/acc_by_depth"]).exists()

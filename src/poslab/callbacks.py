@@ -132,3 +132,19 @@ class LengthGeneralization(Reporter):
         self.add_figure(
             trainer, f"lengen/{metric}", plots.length_figure(lengths, series, metric, result.context, title)
         )
+        self._depth_heatmap(trainer, pl_module, result, lengths)
+
+    def _depth_heatmap(self, trainer, pl_module, result, lengths) -> None:
+        """Accuracy by answer depth x length (associative recall): the lost-in-the-middle picture."""
+        grid = [r["values"].get("depth_acc") for r in result.rows if r["variant"] == "base"]
+        if not any(grid):
+            return
+        buckets = len(next(g for g in grid if g))
+        rows = [
+            [length, b / buckets, acc[b] if acc else None]
+            for length, acc in zip(lengths, grid, strict=True)
+            for b in range(buckets)
+        ]
+        self.add_table(trainer, "lengen/acc_by_depth", ["length", "depth", "acc"], rows)
+        title = f"{pl_module.encoder.name}: accuracy by depth of the answer"
+        self.add_figure(trainer, "lengen/acc_by_depth", plots.depth_heatmap(lengths, grid, title))

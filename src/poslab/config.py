@@ -200,6 +200,10 @@ def validate(cfg: DictConfig) -> DictConfig:
         OmegaConf.resolve(merged)
     except OmegaConfBaseException as exc:
         raise ConfigError(f"cannot resolve config key '{exc.full_key}': {exc.msg.splitlines()[0]}") from None
+    check = MODALITY_SCHEMAS[modality].check
+    problem = check(merged) if check else None
+    if problem:
+        raise ConfigError(problem)
     return merged
 
 

@@ -15,6 +15,7 @@ from typing import Any, Literal, Optional, Union
 
 from omegaconf import MISSING
 
+from poslab.data.sequence_tasks import TASKS as SEQUENCE_TASKS
 from poslab.data.text_sources import SOURCES as TEXT_SOURCES
 from poslab.data.vision_sources import SOURCES as VISION_SOURCES
 from poslab.encoders.rope_scaling import SCALINGS
@@ -141,7 +142,7 @@ class ClassificationTaskConfig:
 # -- text ---------------------------------------------------------------------------
 @dataclass
 class TextDataConfig:
-    name: Literal[tuple(TEXT_SOURCES)] = MISSING  # type: ignore[valid-type]
+    name: Literal[(*TEXT_SOURCES, *SEQUENCE_TASKS)] = MISSING  # type: ignore[valid-type]
     root: str = MISSING
     path: Optional[str] = MISSING
     context: int = MISSING
@@ -150,6 +151,8 @@ class TextDataConfig:
     eval_tokens: int = MISSING
     random_positions: Optional[int] = MISSING
     download: bool = MISSING
+    symbols: int = MISSING  # sequence tasks: alphabet size
+    eval_sequences: int = MISSING  # sequence tasks: sequences per evaluation set
 
 
 @dataclass
@@ -163,7 +166,17 @@ class TextModelConfig:
 
 @dataclass
 class LMTaskConfig:
-    name: Literal["lm"] = MISSING
+    """``lm`` for corpora, ``sequence`` for the synthetic tasks (copy, reverse, associative_recall)."""
+
+    name: Literal["lm", "sequence"] = MISSING
+
+
+def check_text(cfg) -> str | None:
+    """The task must match the data: corpora are language modelling, synthetic data sequence tasks."""
+    wanted = "sequence" if cfg.data.name in SEQUENCE_TASKS else "lm"
+    if cfg.task.name != wanted:
+        return f"data={cfg.data.name} needs task.name={wanted} (got task.name={cfg.task.name})"
+    return None
 
 
 @dataclass(frozen=True)
@@ -174,11 +187,14 @@ class ModalitySchema:
     data: type
     model: type
     eval: type = EvalConfig
+    check: Any = None  # cfg -> error message or None, for rules across keys
 
 
 MODALITY_SCHEMAS: dict[str, ModalitySchema] = {
     "vision": ModalitySchema(task=ClassificationTaskConfig, data=VisionDataConfig, model=ViTConfig),
-    "text": ModalitySchema(task=LMTaskConfig, data=TextDataConfig, model=TextModelConfig, eval=TextEvalConfig),
+    "text": ModalitySchema(
+        task=LMTaskConfig, data=TextDataConfig, model=TextModelConfig, eval=TextEvalConfig, check=check_text
+    ),
 }
 
 

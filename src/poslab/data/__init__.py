@@ -16,6 +16,12 @@ DATAMODULES = {
     "vision": ("poslab.data.vision", "VisionDataModule"),
     "text": ("poslab.data.text", "TextDataModule"),
 }
+#: data.name values with a data module of their own
+SPECIAL = {
+    "copy": ("poslab.data.sequence", "SequenceDataModule"),
+    "reverse": ("poslab.data.sequence", "SequenceDataModule"),
+    "associative_recall": ("poslab.data.sequence", "SequenceDataModule"),
+}
 
 
 def build_datamodule(cfg: Any, train_cfg: Any = None):
@@ -24,6 +30,6 @@ def build_datamodule(cfg: Any, train_cfg: Any = None):
     ``train_cfg``: the config a checkpoint was trained with, when evaluating it
     on other data (the data module decides what it needs from it).
     """
-    module, name = DATAMODULES[cfg.modality]
+    module, name = SPECIAL.get(cfg.data.name) or DATAMODULES[cfg.modality]
     cls = getattr(importlib.import_module(module), name)
     return cls(cfg.data, seed=cfg.seed, train_data=train_cfg["data"] if train_cfg else None)

@@ -104,7 +104,7 @@ class TextDataModule(L.LightningDataModule):
 
     def model_facts(self) -> dict[str, Any]:
         """What the task is sized by: the characters (saved with the checkpoint)."""
-        return {"vocab": self.vocab.chars}
+        return {"vocab_size": len(self.vocab), "vocab": self.vocab.chars}
 
     def context_options(self) -> dict[str, Any]:
         """What the data tells the encoder: the longest position seen in training."""

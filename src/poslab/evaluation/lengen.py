@@ -35,7 +35,8 @@ class LengenResult:
         for row in self.rows:
             suffix = "" if row["variant"] == BASE else f"/{row['variant']}"
             for name, value in row["values"].items():
-                out[f"lengen/{name}@{row['multiple']}x{suffix}"] = value
+                if isinstance(value, float):  # lists (accuracy by depth) go to tables, not metrics
+                    out[f"lengen/{name}@{row['multiple']}x{suffix}"] = value
         return out
 
     def series(self, metric: str) -> dict[str, list[float | None]]:

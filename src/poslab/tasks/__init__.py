@@ -15,6 +15,7 @@ from typing import Any
 TASKS = {
     "classification": ("poslab.tasks.classification", "ImageClassifier"),
     "lm": ("poslab.tasks.language_model", "LanguageModel"),
+    "sequence": ("poslab.tasks.sequence", "SequenceTask"),
 }
 
 

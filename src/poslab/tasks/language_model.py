@@ -16,9 +16,9 @@ from poslab.tasks.optim import adamw_one_cycle
 
 
 class LanguageModel(L.LightningModule):
-    """``cfg`` is the resolved config as plain containers; ``vocab`` the characters."""
+    """``cfg`` is the resolved config as plain containers; ``vocab`` the characters (if any)."""
 
-    def __init__(self, cfg: dict[str, Any], vocab: str, context: dict[str, Any]) -> None:
+    def __init__(self, cfg: dict[str, Any], vocab_size: int, context: dict[str, Any], vocab: str | None = None) -> None:
         super().__init__()
         self.save_hyperparameters()
         self.cfg = cfg
@@ -32,7 +32,7 @@ class LanguageModel(L.LightningModule):
         )
         self.model = CausalLM(
             encoder,
-            vocab_size=len(vocab),
+            vocab_size=vocab_size,
             dim=model_cfg["dim"],
             depth=model_cfg["depth"],
             num_heads=model_cfg["num_heads"],

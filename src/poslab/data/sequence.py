@@ -1,0 +1,83 @@
+"""Data module for the synthetic sequence tasks (``data=copy|reverse|associative_recall``)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+from torch.utils.data import DataLoader, IterableDataset
+
+from poslab.data.sequence_tasks import IGNORE, generate, task_size, vocab_size
+from poslab.data.text import TextDataModule
+from poslab.errors import ConfigError
+
+DEPTH_BUCKETS = 10
+
+
+class TaskStream(IterableDataset):
+    """Endless training batches, each at one random size in ``[1, max_size]``."""
+
+    def __init__(self, task: str, max_size: int, batch: int, symbols: int, seed: int) -> None:
+        self.task, self.max_size, self.batch, self.symbols, self.seed = task, max_size, batch, symbols, seed
+
+    def __iter__(self) -> Iterator[dict]:
+        generator = torch.Generator().manual_seed(self.seed)
+        while True:
+            size = int(torch.randint(1, self.max_size + 1, (1,), generator=generator))
+            yield generate(self.task, size, self.batch, self.symbols, generator)
+
+
+class SequenceDataModule(TextDataModule):
+    """Same interface as the text data module; batches score only the answer tokens."""
+
+    def prepare_data(self) -> None:
+        pass  # generated on the fly
+
+    def setup(self, stage: str | None = None) -> None:
+        self.size = task_size(self.cfg.name, self.context)
+        longest = task_size(self.cfg.name, self.context * 8)
+        if self.cfg.name == "associative_recall" and self.cfg.symbols < longest:
+            raise ConfigError(f"data.symbols={self.cfg.symbols} is too small for {longest} distinct keys at 8x")
+
+    @property
+    def vocab_size(self) -> int:
+        return vocab_size(self.cfg.symbols)
+
+    def model_facts(self) -> dict[str, Any]:
+        return {"vocab_size": self.vocab_size}
+
+    def fixed_set(self, size: int, split_seed: int) -> list[dict]:
+        """Seeded evaluation batches at one size; recall depths spread evenly over 10 buckets."""
+        generator = torch.Generator().manual_seed(split_seed)
+        count, batch = self.cfg.eval_sequences, self.cfg.eval_batch_size
+        depth = (torch.arange(count) % DEPTH_BUCKETS + 0.5) / DEPTH_BUCKETS
+        return [
+            generate(self.cfg.name, size, min(batch, count - i), self.cfg.symbols, generator, depth[i : i + batch])
+            for i in range(0, count, batch)
+        ]
+
+    def train_dataloader(self) -> DataLoader:
+        stream = TaskStream(self.cfg.name, self.size, self.cfg.batch_size, self.cfg.symbols, self.seed)
+        return DataLoader(stream, batch_size=None)
+
+    def val_dataloader(self) -> DataLoader:
+        return DataLoader(self.fixed_set(self.size, 1), batch_size=None)
+
+    def test_dataloader(self) -> DataLoader:
+        return DataLoader(self.fixed_set(self.size, 2), batch_size=None)
+
+    def lengen_loader(self, multiple: int) -> DataLoader:
+        return DataLoader(self.fixed_set(task_size(self.cfg.name, self.context * multiple), 3), batch_size=None)
+
+    def as_batch(self, item: dict, training: bool = False) -> dict[str, Any]:
+        windows = item["windows"]
+        inputs, targets = windows[:, :-1], windows[:, 1:].masked_fill(~item["answer_mask"], IGNORE)
+        batch = {"tokens": inputs, "targets": targets, "pos": self.positions(inputs.shape, inputs.device, training)}
+        if "depth" in item:
+            batch["depth"] = item["depth"]
+        return batch
+
+    def similarity_positions(self):
+        pos, _, grid = super().similarity_positions()
+        return pos, self.context, grid
