@@ -11,7 +11,7 @@ PYTEST    = $(BIN)/python -m pytest
 RUN_PYTEST = rc=0; $(PYTEST) $(1) || rc=$$?; if [ $$rc -eq 5 ]; then echo "pytest collected no tests" >&2; exit 1; fi; exit $$rc
 
 .DEFAULT_GOAL := help
-.PHONY: help install test test-slow test-all lint train eval clean
+.PHONY: help install test test-slow test-all lint train eval bench clean
 
 help: ## list targets, modalities and encoders
 	@echo "poslab — position encoders compared on text, image patches and time series"
@@ -49,6 +49,9 @@ train: ## train one model: MODALITY=vision ENCODER=rope2d ARGS="seed=1 trainer.m
 eval: ## re-evaluate a checkpoint: CKPT=runs/vision/<run>/checkpoints/best.ckpt ARGS="data.image_size=56"
 	@if [ -z "$(CKPT)" ]; then echo "make eval needs CKPT=<path to a .ckpt>" >&2; exit 2; fi
 	$(BIN)/poslab eval ckpt=$(CKPT) $(ARGS)
+
+bench: ## step time and peak memory of every 1D encoder vs none at L=1024 (ARGS="--length 2048")
+	$(BIN)/poslab bench $(ARGS)
 
 clean: ## remove runs, W&B files, reports and caches (keeps .venv and data/)
 	rm -rf runs wandb reports lightning_logs .pytest_cache

@@ -20,7 +20,9 @@ examples:
   poslab train logger=csv                        no W&B; logger.mode=offline|disabled also work
   poslab train --print-config encoder=learned2d  show the resolved config and exit
   poslab eval ckpt=runs/vision/<run>/checkpoints/best.ckpt data.image_size=56 data.coords=raw
+  poslab train modality=text encoder=alibi       text: length generalisation at 1x..8x the context
   poslab list                                    modalities and their encoders
+  poslab bench --length 1024                     encoder step time / memory vs none
 """
 
 
@@ -31,7 +33,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    sub = parser.add_subparsers(dest="command", metavar="{train,eval,list}")
+    sub = parser.add_subparsers(dest="command", metavar="{train,eval,list,bench}")
     train = sub.add_parser("train", help="train one model (key=value overrides)")
     train.add_argument("overrides", nargs="*", metavar="key=value")
     train.add_argument("--print-config", action="store_true", help="print the resolved config and exit")
@@ -39,6 +41,8 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("overrides", nargs="*", metavar="key=value")
     listing = sub.add_parser("list", help="list modalities and the encoders that fit each")
     listing.add_argument("modality", nargs="?")
+    bench = sub.add_parser("bench", help="time and memory of each 1D encoder against none (--length, --batch, ...)")
+    bench.add_argument("options", nargs=argparse.REMAINDER)
     return parser
 
 
@@ -49,7 +53,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 0
     try:
-        return {"train": _train, "eval": _eval, "list": _list}[args.command](args)
+        return {"train": _train, "eval": _eval, "list": _list, "bench": _bench}[args.command](args)
     except PoslabError as exc:
         print(f"poslab: error: {exc}", file=sys.stderr)
         return 2
@@ -90,6 +94,12 @@ def _list(args: argparse.Namespace) -> int:
         names = available_encoders(modality)
         print(f"{modality}: " + ", ".join(f"{n} ({'+'.join(encoder_class(n).hooks()) or 'no hooks'})" for n in names))
     return 0
+
+
+def _bench(args: argparse.Namespace) -> int:
+    from poslab.bench import main as bench_main
+
+    return bench_main(args.options)
 
 
 def _report(summary: dict) -> None:

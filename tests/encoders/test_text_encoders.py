@@ -226,3 +226,25 @@ def test_apply_rotary_matches_rope_encoder():
     x = torch.randn(1, 2, 3, 16)
     angles = torch.arange(3)[:, None].double() * default_inv_freq(10000.0, 16)
     torch.testing.assert_close(enc.rotate(x, torch.arange(3)), apply_rotary(x, angles.float(), "interleaved"))
+
+
+@pytest.mark.parametrize("name", ["alibi", "t5", "relative"])
+@pytest.mark.parametrize(("q", "k"), [(torch.arange(7), torch.arange(7)), (torch.arange(3, 8), torch.arange(0, 9))])
+def test_consecutive_positions_take_the_toeplitz_path_with_the_same_result(name, q, k):
+    from poslab.encoders.offsets import offset_bias, relative_distances
+
+    enc = build_encoder(name, dim=32, num_heads=2)
+    if hasattr(enc, "bias"):
+        torch.nn.init.normal_(enc.bias.weight)
+    fast = enc.attention_bias(q, k)
+    captured = {}
+
+    def values_at(offsets):
+        captured["shape"] = offsets.shape
+        return torch.zeros(2, *offsets.shape)
+
+    offset_bias(values_at, q, k)
+    assert captured["shape"] == (q.numel() + k.numel() - 1,)  # only the distinct offsets were computed
+    general = enc.attention_bias(q.float()[None] + 0, k.float()[None] + 0)[0]  # batched: the general path
+    torch.testing.assert_close(fast, general)
+    assert relative_distances(q, k).shape == (q.numel(), k.numel())

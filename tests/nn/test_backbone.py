@@ -14,6 +14,7 @@ import torch.nn.functional as F
 
 from poslab.encoders import PositionEncoder
 from poslab.nn import SelfAttention, Transformer
+from poslab.nn.attention import AttentionBias, attend
 
 
 class Recorder(PositionEncoder):
@@ -107,4 +108,20 @@ def test_attention_is_softmax_of_scaled_scores_plus_bias():
     q, k, v = attn.qkv(x).view(1, 4, 3, 2, 4).permute(2, 0, 3, 1, 4)
     weights = F.softmax(q @ k.transpose(-1, -2) / math.sqrt(4) + bias, dim=-1)
     expected = attn.proj((weights @ v).transpose(1, 2).reshape(1, 4, 8))
-    torch.testing.assert_close(attn(x, enc, torch.arange(4), mask=bias), expected)
+    torch.testing.assert_close(attn(x, enc, torch.arange(4), bias=AttentionBias(bias, causal=False)), expected)
+
+
+@pytest.mark.parametrize("learned", [False, True])
+def test_causal_bias_kernels_agree_with_the_explicit_mask(learned):
+    """The CPU fast path (flash, is_causal + bias) equals SDPA with the -inf mask, values and gradients."""
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 2, 9, 8, requires_grad=True) for _ in range(3))
+    bias = torch.randn(1, 2, 9, 9, requires_grad=learned)
+    fast = attend(q, k, v, AttentionBias(bias, causal=True), causal=True, dropout=0.0)
+    future = torch.ones(9, 9, dtype=torch.bool).triu(1)
+    reference = F.scaled_dot_product_attention(q, k, v, attn_mask=bias.masked_fill(future, float("-inf")))
+    torch.testing.assert_close(fast, reference)
+    grads = torch.autograd.grad(fast.sum(), (q, k, v))
+    expected = torch.autograd.grad(reference.sum(), (q, k, v))
+    for got, want in zip(grads, expected, strict=True):
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-4)

@@ -18,6 +18,7 @@ import math
 import torch
 
 from poslab.encoders.base import PositionEncoder
+from poslab.encoders.offsets import offset_bias
 from poslab.encoders.registry import register_encoder
 
 
@@ -34,11 +35,6 @@ def alibi_slopes(num_heads: int) -> list[float]:
     return power_of_two(closest) + alibi_slopes(2 * closest)[0::2][: num_heads - closest]
 
 
-def relative_distances(q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor:
-    """``k − q`` for every pair: ``[..., Lq, Lk]`` (float)."""
-    return k_pos.float()[..., None, :] - q_pos.float()[..., :, None]
-
-
 @register_encoder("alibi")
 class ALiBi(PositionEncoder):
     modalities = ("text", "timeseries")
@@ -50,12 +46,14 @@ class ALiBi(PositionEncoder):
         self.register_buffer("slopes", torch.tensor(alibi_slopes(num_heads)), persistent=False)
 
     def attention_bias(self, q_pos, k_pos):
-        q, k = self.field(q_pos), self.field(k_pos)
-        distance = relative_distances(q.to(self.slopes.device), k.to(self.slopes.device))
-        if self.bidirectional:
-            distance = -distance.abs()
-        # [..., Lq, Lk] -> [..., H, Lq, Lk]; causal: k − q ≤ 0 for every visible key
-        return self.slopes.view(-1, 1, 1) * distance.unsqueeze(-3)
+        device = self.slopes.device
+
+        def values_at(offsets: torch.Tensor) -> torch.Tensor:
+            # causal: k − q ≤ 0 for every visible key, so m·(k − q) = −m·(i − j)
+            distance = -offsets.abs() if self.bidirectional else offsets
+            return self.slopes.view(-1, *([1] * offsets.dim())) * distance
+
+        return offset_bias(values_at, self.field(q_pos).to(device), self.field(k_pos).to(device))
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, bidirectional={self.bidirectional}"

@@ -10,10 +10,11 @@ share the edge value.
 
 from __future__ import annotations
 
+import torch
 from torch import nn
 
-from poslab.encoders.alibi import relative_distances
 from poslab.encoders.base import PositionEncoder
+from poslab.encoders.offsets import offset_bias
 from poslab.encoders.registry import register_encoder
 
 
@@ -30,9 +31,12 @@ class ClippedRelative(PositionEncoder):
 
     def attention_bias(self, q_pos, k_pos):
         device = self.bias.weight.device
-        relative = relative_distances(self.field(q_pos).to(device), self.field(k_pos).to(device))
-        index = relative.round().long().clamp(-self.max_distance, self.max_distance) + self.max_distance
-        return self.bias(index).movedim(-1, -3)
+
+        def values_at(offsets: torch.Tensor) -> torch.Tensor:
+            index = offsets.round().long().clamp(-self.max_distance, self.max_distance) + self.max_distance
+            return self.bias(index).movedim(-1, 0)
+
+        return offset_bias(values_at, self.field(q_pos).to(device), self.field(k_pos).to(device))
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, max_distance={self.max_distance}"

@@ -18,8 +18,8 @@ import math
 import torch
 from torch import nn
 
-from poslab.encoders.alibi import relative_distances
 from poslab.encoders.base import PositionEncoder
+from poslab.encoders.offsets import offset_bias
 from poslab.encoders.registry import register_encoder
 
 
@@ -64,9 +64,12 @@ class T5Bias(PositionEncoder):
 
     def attention_bias(self, q_pos, k_pos):
         device = self.bias.weight.device
-        relative = relative_distances(self.field(q_pos).to(device), self.field(k_pos).to(device))
-        buckets = t5_buckets(relative, self.bidirectional, self.num_buckets, self.max_distance)
-        return self.bias(buckets).movedim(-1, -3)  # [..., Lq, Lk, H] -> [..., H, Lq, Lk]
+
+        def values_at(offsets: torch.Tensor) -> torch.Tensor:
+            buckets = t5_buckets(offsets, self.bidirectional, self.num_buckets, self.max_distance)
+            return self.bias(buckets).movedim(-1, 0)  # [..., H] -> [H, ...]
+
+        return offset_bias(values_at, self.field(q_pos).to(device), self.field(k_pos).to(device))
 
     def extra_repr(self) -> str:
         return (

@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from poslab.encoders.base import PositionEncoder
-from poslab.nn.attention import SelfAttention
+from poslab.nn.attention import AttentionBias, SelfAttention
 from poslab.positions import Positions
 
 
@@ -30,8 +30,8 @@ class TransformerBlock(nn.Module):
             nn.Linear(dim, hidden), nn.GELU(), nn.Dropout(dropout), nn.Linear(hidden, dim), nn.Dropout(dropout)
         )
 
-    def forward(self, x, encoder, pos, mask=None, num_prefix_tokens=0, causal=False):
-        x = x + self.attn(self.norm1(x), encoder, pos, mask, num_prefix_tokens, causal)
+    def forward(self, x, encoder, pos, bias=None, num_prefix_tokens=0, causal=False):
+        x = x + self.attn(self.norm1(x), encoder, pos, bias, num_prefix_tokens, causal)
         return x + self.mlp(self.norm2(x))
 
 
@@ -63,20 +63,17 @@ class Transformer(nn.Module):
             if p
             else self.encoder.encode_input(x, pos)
         )
-        mask = self.attention_mask(pos, x.shape[1], p, x.dtype, x.device)
+        bias = self.attention_bias(pos, p, x.dtype, x.device)
         for block in self.blocks:
-            x = block(x, self.encoder, pos, mask, p, self.causal)
+            x = block(x, self.encoder, pos, bias, p, self.causal)
         return self.norm(x)
 
-    def attention_mask(self, pos, length: int, num_prefix_tokens: int, dtype, device) -> torch.Tensor | None:
-        """The encoder's bias (zero for prefix tokens) plus the causal mask, once per forward."""
+    def attention_bias(self, pos, num_prefix_tokens: int, dtype, device) -> AttentionBias | None:
+        """The encoder's bias (zero for prefix tokens), once per forward pass for all layers."""
         bias = self.encoder.attention_bias(pos, pos)
         if bias is None:
             return None
         bias = F.pad(bias.to(device=device, dtype=dtype), (num_prefix_tokens, 0, num_prefix_tokens, 0))
-        if bias.dim() == 3:  # [H, L, L] -> [1, H, L, L], broadcast over the batch
+        if bias.dim() == 3:  # [H, L, L] -> [1, H, L, L]: broadcast over the batch (a 3D mask is slow in SDPA)
             bias = bias.unsqueeze(0)
-        if self.causal:
-            future = torch.ones(length, length, dtype=torch.bool, device=device).triu(1)
-            bias = bias.masked_fill(future, float("-inf"))
-        return bias
+        return AttentionBias(bias, self.causal)

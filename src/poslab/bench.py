@@ -1,0 +1,201 @@
+"""``make bench``: step time and peak memory of each 1D encoder against ``none``.
+
+One training step (forward + backward + AdamW) of the text model at a long
+context, for every registered text encoder. Times are medians over rounds
+that interleave the encoders, so machine noise hits all of them alike; ratios
+are taken within this one run. Peak memory is measured in a fresh process per
+encoder: on a GPU ``torch.cuda.max_memory_allocated``; on the CPU the heap in
+use (glibc ``mallinfo2``: malloc'd plus mmap'd bytes, where PyTorch's CPU
+tensors live) sampled after every module's forward and backward, minus what
+was in use before the step.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import subprocess
+import sys
+import time
+import warnings
+from dataclasses import dataclass
+
+#: Issue targets: ratio to `none` (time, memory); None = not targeted.
+TARGETS = {
+    "sinusoidal": (1.05, None),
+    "learned": (1.05, None),
+    "rope": (1.15, None),
+    "alibi": (1.3, 1.5),
+    "t5": (1.3, 1.5),
+    "relative": (1.3, 1.5),
+}
+
+
+@dataclass
+class BenchConfig:
+    length: int = 1024
+    batch: int = 4
+    dim: int = 128
+    depth: int = 4
+    heads: int = 4
+    rounds: int = 5
+    steps: int = 2
+    device: str = "cpu"
+
+
+def build(name: str, cfg: BenchConfig):
+    import torch
+
+    from poslab.encoders import build_encoder_in_context, encoder_options
+    from poslab.nn.lm import CausalLM
+
+    defaults = {k: p.default for k, p in encoder_options(name).items() if p.default is not p.empty}
+    encoder = build_encoder_in_context(
+        name, dim=cfg.dim, num_heads=cfg.heads, options=defaults, context={"max_len": cfg.length}
+    )
+    model = CausalLM(encoder, vocab_size=96, dim=cfg.dim, depth=cfg.depth, num_heads=cfg.heads).to(cfg.device)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    tokens = torch.randint(0, 96, (cfg.batch, cfg.length + 1), device=cfg.device)
+    steps = torch.arange(cfg.length, device=cfg.device)
+
+    def step() -> None:
+        logits = model(tokens[:, :-1], steps)
+        loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), tokens[:, 1:].flatten())
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        if cfg.device.startswith("cuda"):
+            torch.cuda.synchronize()
+
+    step.model = model
+    return step
+
+
+def time_steps(names: list[str], cfg: BenchConfig) -> dict[str, float]:
+    """Median ms per step, rounds interleaving the encoders."""
+    steps = {n: build(n, cfg) for n in names}
+    for step in steps.values():  # warm-up: allocator, caches, kernels
+        step()
+    samples: dict[str, list[float]] = {n: [] for n in names}
+    for _ in range(cfg.rounds):
+        for name, step in steps.items():
+            start = time.perf_counter()
+            for _ in range(cfg.steps):
+                step()
+            samples[name].append(1000 * (time.perf_counter() - start) / cfg.steps)
+    return {n: statistics.median(v) for n, v in samples.items()}
+
+
+def heap_in_use() -> int:
+    """Bytes the C heap has handed out right now (glibc ``mallinfo2``)."""
+    import ctypes
+
+    class MallInfo2(ctypes.Structure):
+        _fields_ = [(f, ctypes.c_size_t) for f in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks",
+                                                     "fsmblks", "uordblks", "fordblks", "keepcost")]  # fmt: skip
+
+    libc = ctypes.CDLL("libc.so.6")
+    libc.mallinfo2.restype = MallInfo2
+    info = libc.mallinfo2()
+    return info.uordblks + info.hblkhd
+
+
+def peak_memory_child(name: str, cfg: BenchConfig) -> float:
+    """In a fresh process: MB of peak memory one training step adds."""
+    import torch
+
+    step = build(name, cfg)
+    step()  # optimizer state and caches exist before the measured step
+    if cfg.device.startswith("cuda"):
+        torch.cuda.synchronize()
+        base = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+        step()
+        return (torch.cuda.max_memory_allocated() - base) / 2**20
+    samples: list[int] = []
+    model = step.model
+
+    def sample(*_args) -> None:
+        samples.append(heap_in_use())
+
+    hooks = [m.register_forward_hook(sample) for m in model.modules()]
+    hooks += [m.register_full_backward_hook(sample) for m in model.modules() if next(m.children(), None) is None]
+    base = heap_in_use()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # full backward hooks on modules whose inputs need no grad
+        step()
+    sample()
+    for hook in hooks:
+        hook.remove()
+    return (max(samples) - base) / 2**20
+
+
+def peak_memory(name: str, cfg: BenchConfig) -> float:
+    code = (
+        "import json, sys; from poslab.bench import BenchConfig, peak_memory_child; "
+        f"print(json.dumps(peak_memory_child({name!r}, BenchConfig(**{cfg.__dict__!r}))))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return float(json.loads(out.stdout.strip().splitlines()[-1]))
+
+
+def run(cfg: BenchConfig) -> list[dict]:
+    from poslab.encoders import available_encoders
+
+    names = ["none", *[n for n in available_encoders("text") if n != "none"]]
+    times = time_steps(names, cfg)
+    memory = {n: peak_memory(n, cfg) for n in names}
+    rows = []
+    for name in names:
+        time_ratio, mem_ratio = times[name] / times["none"], memory[name] / max(memory["none"], 1e-9)
+        target_t, target_m = TARGETS.get(name, (None, None))
+        ok = (target_t is None or time_ratio <= target_t) and (target_m is None or mem_ratio <= target_m)
+        rows.append(
+            {
+                "encoder": name,
+                "step_ms": times[name],
+                "time_ratio": time_ratio,
+                "peak_mb": memory[name],
+                "memory_ratio": mem_ratio,
+                "target": "—"
+                if target_t is None
+                else f"≤{target_t}x time" + (f", ≤{target_m}x mem" if target_m else ""),
+                "ok": ok,
+            }
+        )
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    from rich.console import Console
+    from rich.table import Table
+
+    parser = argparse.ArgumentParser(prog="poslab bench", description=__doc__.splitlines()[0])
+    for key, value in BenchConfig().__dict__.items():
+        parser.add_argument(f"--{key}", type=type(value), default=value)
+    cfg = BenchConfig(**vars(parser.parse_args(argv)))
+    rows = run(cfg)
+    table = Table(
+        title=f"1D encoders, one training step: L={cfg.length}, batch {cfg.batch}, "
+        f"{cfg.depth}x{cfg.dim}, {cfg.heads} heads, {cfg.device}"
+    )
+    for column in ("encoder", "step ms", "x none", "peak MB", "x none", "target", "ok"):
+        table.add_column(column, justify="left" if column in ("encoder", "target") else "right")
+    for r in rows:
+        table.add_row(
+            r["encoder"],
+            f"{r['step_ms']:.1f}",
+            f"{r['time_ratio']:.2f}",
+            f"{r['peak_mb']:.0f}",
+            f"{r['memory_ratio']:.2f}",
+            r["target"],
+            "yes" if r["ok"] else "NO",
+        )
+    Console().print(table)
+    return 0 if all(r["ok"] for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
