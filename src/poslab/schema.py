@@ -162,6 +162,7 @@ class TextModelConfig:
     num_heads: int = MISSING
     mlp_ratio: float = MISSING
     dropout: float = MISSING
+    embed_std: float = MISSING
 
 
 @dataclass

@@ -111,17 +111,20 @@ def test_attention_is_softmax_of_scaled_scores_plus_bias():
     torch.testing.assert_close(attn(x, enc, torch.arange(4), bias=AttentionBias(bias, causal=False)), expected)
 
 
+@pytest.mark.parametrize("bias_batch", [1, 2])
 @pytest.mark.parametrize("learned", [False, True])
-def test_causal_bias_kernels_agree_with_the_explicit_mask(learned):
+def test_causal_bias_kernels_agree_with_the_explicit_mask(learned, bias_batch):
     """The CPU fast path (flash, is_causal + bias) equals SDPA with the -inf mask, values and gradients."""
     torch.manual_seed(0)
     q, k, v = (torch.randn(2, 2, 9, 8, requires_grad=True) for _ in range(3))
-    bias = torch.randn(1, 2, 9, 9, requires_grad=learned)
+    bias = torch.randn(bias_batch, 2, 9, 9, requires_grad=learned)  # [B, H, L, L]: per-sequence positions
     fast = attend(q, k, v, AttentionBias(bias, causal=True), causal=True, dropout=0.0)
     future = torch.ones(9, 9, dtype=torch.bool).triu(1)
     reference = F.scaled_dot_product_attention(q, k, v, attn_mask=bias.masked_fill(future, float("-inf")))
     torch.testing.assert_close(fast, reference)
-    grads = torch.autograd.grad(fast.sum(), (q, k, v))
-    expected = torch.autograd.grad(reference.sum(), (q, k, v))
+    inputs = (q, k, v, bias) if learned else (q, k, v)
+    weights = torch.randn_like(fast)  # a non-uniform upstream gradient
+    grads = torch.autograd.grad((fast * weights).sum(), inputs)
+    expected = torch.autograd.grad((reference * weights).sum(), inputs)
     for got, want in zip(grads, expected, strict=True):
         torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-4)

@@ -58,7 +58,7 @@ class SequenceDataModule(TextDataModule):
         ]
 
     def train_dataloader(self) -> DataLoader:
-        stream = TaskStream(self.cfg.name, self.size, self.cfg.batch_size, self.cfg.symbols, self.seed)
+        stream = TaskStream(self.cfg.name, self.size, self.cfg.batch_size, self.cfg.symbols, self.stream_seed())
         return DataLoader(stream, batch_size=None)
 
     def val_dataloader(self) -> DataLoader:

@@ -128,8 +128,12 @@ class TextDataModule(L.LightningDataModule):
         """The first ``data.eval_tokens`` characters of a held-out split."""
         return self.splits[split][: self.cfg.eval_tokens + 1]
 
+    def stream_seed(self) -> int:
+        """The run's seed, offset by the DDP rank so every process draws different windows."""
+        return self.seed + (self.trainer.global_rank if self.trainer is not None else 0)
+
     def train_dataloader(self) -> DataLoader:
-        windows = RandomWindows(self.splits["train"], self.context, self.cfg.batch_size, self.seed)
+        windows = RandomWindows(self.splits["train"], self.context, self.cfg.batch_size, self.stream_seed())
         return DataLoader(windows, batch_size=None)
 
     def val_dataloader(self) -> DataLoader:

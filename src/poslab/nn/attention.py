@@ -16,6 +16,41 @@ from poslab.encoders.base import PositionEncoder
 from poslab.positions import Positions
 
 _CPU_FLASH = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
+_CPU_FLASH_BACKWARD = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu_backward", None)
+
+
+class _CausalFlashWithLearnedBias(torch.autograd.Function):
+    """CPU flash attention (causal, additive bias) whose backward also returns the bias gradient.
+
+    SDPA can only differentiate a float mask through its general kernel, which
+    materialises and saves the ``[B, H, L, L]`` attention of every layer. Here
+    the forward and the q/k/v gradients stay in the flash kernel; the bias
+    gradient Σ_b dS_b, dS = P ⊙ (dP − rowsum(dO ⊙ O)) (the softmax backward),
+    is recomputed one batch element at a time from the saved log-sum-exp.
+    """
+
+    @staticmethod
+    def forward(ctx, q, k, v, bias):
+        out, lse = _CPU_FLASH(q, k, v, 0.0, True, attn_mask=bias)
+        ctx.save_for_backward(q, k, v, bias, out, lse)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        q, k, v, bias, out, lse = ctx.saved_tensors
+        grad_out = grad_out.contiguous()
+        dq, dk, dv = _CPU_FLASH_BACKWARD(grad_out, q, k, v, out, lse, 0.0, True, attn_mask=bias)
+        scale = q.shape[-1] ** -0.5
+        length_q, length_k = q.shape[-2], k.shape[-2]
+        future = torch.ones(length_q, length_k, dtype=torch.bool, device=q.device).triu(1)
+        delta = (grad_out * out).sum(-1, keepdim=True)  # [B, H, L, 1]
+        dbias = torch.zeros(bias.shape, dtype=torch.float32, device=bias.device)
+        for b in range(q.shape[0]):
+            scores = torch.matmul(q[b], k[b].transpose(-1, -2)) * scale + bias[b if bias.shape[0] > 1 else 0]
+            probs = torch.exp(scores.float() - lse[b].unsqueeze(-1)).masked_fill_(future, 0.0)
+            dprobs = torch.matmul(grad_out[b], v[b].transpose(-1, -2)).float()
+            dbias[b if bias.shape[0] > 1 else 0] += probs * (dprobs - delta[b].float())
+        return dq, dk, dv, dbias.to(bias.dtype)
 
 
 class AttentionBias:
@@ -44,23 +79,28 @@ def attend(
 ) -> torch.Tensor:
     """SDPA with the cheapest correct kernel for this bias.
 
-    A fixed bias (ALiBi) with causal attention on the CPU goes to the CPU flash
-    kernel with ``is_causal=True`` *and* the additive bias: it skips the future
-    blocks instead of adding ``-inf`` to them (measured ≈ 1.4× faster at
-    L = 1024 than SDPA with a float mask, same values). A learned bias needs its
-    gradient, which only SDPA's general path provides.
+    Causal attention with a bias on the CPU goes to the CPU flash kernel with
+    ``is_causal=True`` *and* the additive bias: it skips the future blocks
+    instead of adding ``-inf`` to them (same values; measured ≈ 1.4× faster at
+    L = 1024 than SDPA with a float mask). A learned bias (T5, Shaw) gets its
+    gradient from :class:`_CausalFlashWithLearnedBias` instead of SDPA's general
+    kernel (measured in ``make bench``). Elsewhere (GPU, bidirectional,
+    dropout): SDPA with the bias as a float mask.
     """
     if bias is None:
         return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, is_causal=causal)
     if (
         causal
         and _CPU_FLASH is not None
+        and _CPU_FLASH_BACKWARD is not None
         and q.device.type == "cpu"
         and dropout == 0.0
-        and not bias.bias.requires_grad
         and q.shape[-2] == k.shape[-2]
     ):
-        return _CPU_FLASH(q, k, v, 0.0, True, attn_mask=bias.bias.to(q.dtype))[0]
+        mask = bias.bias.to(q.dtype)
+        if mask.requires_grad:
+            return _CausalFlashWithLearnedBias.apply(q, k, v, mask)
+        return _CPU_FLASH(q, k, v, 0.0, True, attn_mask=mask)[0]
     return F.scaled_dot_product_attention(q, k, v, attn_mask=bias.masked().to(q.dtype), dropout_p=dropout)
 
 

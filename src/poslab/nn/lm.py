@@ -13,8 +13,10 @@ from poslab.positions import Positions
 class CausalLM(nn.Module):
     """Token embedding -> causal pre-norm transformer -> logits over the vocabulary.
 
-    Initialisation follows GPT-2 / nanoGPT (normal, std 0.02); position enters
-    only through the encoder's hooks.
+    Linear layers start as in GPT-2 / nanoGPT (normal, std 0.02); the token
+    embedding's std is ``embed_std``: next to a fixed sinusoidal table (values
+    in ±1) a token embedding of std 0.02 is drowned out, which is why Vaswani
+    et al. scale theirs by √d. Position enters only through the encoder's hooks.
     """
 
     def __init__(
@@ -27,6 +29,7 @@ class CausalLM(nn.Module):
         num_heads: int,
         mlp_ratio: float = 4.0,
         dropout: float = 0.0,
+        embed_std: float = 0.02,
     ) -> None:
         super().__init__()
         self.embed = nn.Embedding(vocab_size, dim)
@@ -35,11 +38,12 @@ class CausalLM(nn.Module):
             encoder, dim=dim, depth=depth, num_heads=num_heads, mlp_ratio=mlp_ratio, dropout=dropout, causal=True
         )
         self.head = nn.Linear(dim, vocab_size, bias=False)
-        for module in (self.embed, self.head, *self.backbone.blocks.modules()):  # the encoder keeps its own init
-            if isinstance(module, (nn.Linear, nn.Embedding)):
+        for module in (self.head, *self.backbone.blocks.modules()):  # the encoder keeps its own init
+            if isinstance(module, nn.Linear):
                 nn.init.normal_(module.weight, std=0.02)
-                if getattr(module, "bias", None) is not None:
+                if module.bias is not None:
                     nn.init.zeros_(module.bias)
+        nn.init.normal_(self.embed.weight, std=embed_std)
 
     def forward(self, tokens: torch.Tensor, pos: Positions | torch.Tensor) -> torch.Tensor:
         return self.head(self.backbone(self.dropout(self.embed(tokens)), pos))

@@ -38,6 +38,7 @@ class LanguageModel(L.LightningModule):
             num_heads=model_cfg["num_heads"],
             mlp_ratio=model_cfg["mlp_ratio"],
             dropout=model_cfg["dropout"],
+            embed_std=model_cfg["embed_std"],
         )
         # Token-weighted mean loss per stage; bits/char and perplexity derive from it.
         self.val_loss = MeanMetric()
