@@ -76,3 +76,41 @@ def tiny_text(tmp_path, corpus_file) -> list[str]:
         "trainer.limit_val_batches=2",
         "trainer.enable_progress_bar=false",
     ]
+
+
+@pytest.fixture(scope="session")
+def weekday_csv(tmp_path_factory) -> Path:
+    """Hourly series that is 1 on weekdays and -1 at weekends (plus a little noise), 16 weeks."""
+    import numpy as np
+    import pandas as pd
+
+    dates = pd.date_range("2021-01-04 00:00", periods=16 * 7 * 24, freq="h")  # a Monday
+    rng = np.random.default_rng(0)
+    values = np.where(dates.day_of_week < 5, 1.0, -1.0) + 0.05 * rng.normal(size=len(dates))
+    path = tmp_path_factory.mktemp("weekday") / "weekday.csv"
+    pd.DataFrame({"date": dates.strftime("%Y-%m-%d %H:%M:%S"), "y": values}).to_csv(path, index=False)
+    return path
+
+
+@pytest.fixture
+def tiny_ts(tmp_path, weekday_csv) -> list[str]:
+    """Overrides that shrink a forecasting run to a few CPU seconds."""
+    return [
+        "modality=timeseries",
+        "logger=none",
+        f"run.root={tmp_path / 'runs'}",
+        "data=csvfile",
+        f"data.path={weekday_csv}",
+        "data.lookback=48",
+        "data.horizon=24",
+        "data.batch_size=32",
+        "model.dim=16",
+        "model.depth=1",
+        "model.num_heads=2",
+        "model.patch_len=8",
+        "model.stride=8",
+        "trainer.max_epochs=1",
+        "trainer.limit_train_batches=3",
+        "trainer.limit_val_batches=2",
+        "trainer.enable_progress_bar=false",
+    ]

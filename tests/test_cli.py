@@ -74,7 +74,7 @@ def test_list_shows_encoders_and_their_hooks(capsys):
     code, out, _ = run_cli(capsys, "list")
     assert code == 0
     lines = dict(line.split(": ", 1) for line in out.strip().splitlines())
-    assert set(lines) == {"text", "vision"}
+    assert set(lines) == {"text", "timeseries", "vision"}
     assert "rope2d (rotate)" in lines["vision"] and "sincos2d (encode_input)" in lines["vision"]
     assert "alibi (attention_bias)" in lines["text"] and "rope (rotate)" in lines["text"]
 

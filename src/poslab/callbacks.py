@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import lightning as L
+import torch
 from matplotlib.figure import Figure
 
 from poslab import plots
@@ -148,3 +149,115 @@ class LengthGeneralization(Reporter):
         self.add_table(trainer, "lengen/acc_by_depth", ["length", "depth", "acc"], rows)
         title = f"{pl_module.encoder.name}: accuracy by depth of the answer"
         self.add_figure(trainer, "lengen/acc_by_depth", plots.depth_heatmap(lengths, grid, title))
+
+
+class ForecastReport(Reporter):
+    """After testing a forecaster: baselines, per-horizon error, weekday x hour error,
+    and — for the query layout — horizon / lookback extrapolation and the irregular-sampling probe."""
+
+    BUCKETS = 4
+
+    def __init__(self, eval_cfg: dict) -> None:
+        super().__init__()
+        self.ridge = float(eval_cfg["ridge"])
+        self.drop = float(eval_cfg["irregular_drop"])
+        self.notes: list[list[str]] = []
+
+    def on_test_end(self, trainer, pl_module) -> None:
+        from poslab.data.timeseries import seasonal_steps
+        from poslab.evaluation.baselines import all_baselines, stack_windows
+
+        dm = trainer.datamodule
+        metrics = self.report["metrics"]
+        seasons = seasonal_steps(dm.step_seconds)
+
+        def forecast(split="test", lookback=None, horizon=None, transform=None):
+            batches = (dm.as_batch(b) for b in dm.loader(split, lookback, horizon))
+            return pl_module.predict_windows(map(transform, batches) if transform else batches)
+
+        def baselines(lookback=None, horizon=None):
+            past, future, _ = stack_windows(dm.windows("test", lookback, horizon))
+            train_past, train_future, _ = stack_windows(dm.windows("train", lookback, horizon))
+            return all_baselines(past, future, train_past, train_future, seasons, self.ridge)
+
+        pred, target, times = forecast()
+        model_mse = (pred - target).pow(2).mean().item()
+        horizon = target.shape[1]
+        edges = torch.linspace(0, horizon, self.BUCKETS + 1).round().long().tolist()
+        for a, b in zip(edges[:-1], edges[1:], strict=True):
+            metrics[f"test/mse@h{a + 1}-{b}"] = (pred[:, a:b] - target[:, a:b]).pow(2).mean().item()
+        rows = [["model", model_mse, (pred - target).abs().mean().item()]]
+        for name, err in baselines().items():
+            metrics[f"baseline/{name}_mse"], metrics[f"baseline/{name}_mae"] = err["mse"], err["mae"]
+            rows.append([name, err["mse"], err["mae"]])
+        for season, period in seasons.items():
+            if dm.lookback < period:
+                why = f"the lookback ({dm.lookback} steps) is shorter than a {season} ({period} steps)"
+                self.notes.append([f"baseline/seasonal_naive_{season}_mse", why])
+        self.add_table(trainer, "test/vs_baselines", ["forecaster", "mse", "mae"], rows)
+        self._weekday_hour(trainer, pl_module, pred, target, times)
+
+        if pl_module.model.layout != "query":
+            why = f"layout={pl_module.model.layout} has a fixed input and output size; use model.layout=query"
+            self.notes += [["extrap/mse@2xH", why], ["extrap/mse@2xL", why], ["probe/irregular_mse", why]]
+        else:
+            lookback = dm.lookback
+            for key, shape in (("2xH", (None, 2 * horizon)), ("2xL", (2 * lookback, None))):
+                for name, err in baselines(*shape).items():
+                    metrics[f"extrap/baseline_{name}_mse@{key}"] = err["mse"]
+                self._attempt(f"extrap/mse@{key}", lambda shape=shape: forecast("test", *shape))
+            generator = torch.Generator().manual_seed(0)
+            probe = lambda: forecast(transform=lambda batch: drop_steps(batch, self.drop, generator))  # noqa: E731
+            self._attempt("probe/irregular_mse", probe)
+        if self.notes:
+            self.add_table(trainer, "notes", ["metric", "why it is missing"], self.notes)
+
+    def _attempt(self, key: str, run) -> None:
+        """The MSE of ``run()``'s forecast, or a note saying why the model cannot run it."""
+        from poslab.errors import PoslabError
+
+        try:
+            pred, target, _ = run()
+        except PoslabError as exc:  # e.g. a learned table shorter than the longer sequence
+            self.notes.append([key, str(exc)])
+            return
+        self.report["metrics"][key] = (pred - target).pow(2).mean().item()
+
+    def _weekday_hour(self, trainer, pl_module, pred, target, times) -> None:
+        from poslab.timestamps import calendar_fields
+
+        fields = calendar_fields(times)
+        cell = (fields["weekday"] * 24 + fields["hour"]).flatten()
+        error = (pred - target).pow(2).mean(-1).flatten()
+        sums = torch.zeros(7 * 24).index_add_(0, cell, error.float())
+        counts = torch.zeros(7 * 24).index_add_(0, cell, torch.ones_like(error.float()))
+        grid = (sums / counts.clamp(min=1)).masked_fill(counts == 0, float("nan")).view(7, 24)
+        names = ["Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"]
+        rows = [[names[d], h, None if grid[d, h].isnan() else grid[d, h].item()] for d in range(7) for h in range(24)]
+        self.add_table(trainer, "test/mse_by_weekday_hour", ["weekday", "hour", "mse"], rows)
+        title = f"{pl_module.encoder.name}: test MSE by weekday and hour of the target"
+        self.add_figure(trainer, "test/mse_by_weekday_hour", plots.weekday_hour_heatmap(grid, names, title))
+
+
+def drop_steps(batch: dict, fraction: float, generator) -> dict:
+    """The irregular-sampling probe: drop a random ``fraction`` of each window's past steps.
+
+    The kept values keep their true timestamps; step indices are recounted
+    0..L'−1 as if the series were regular, so index positions become wrong
+    while timestamp positions stay right.
+    """
+    from poslab.positions import Positions
+
+    past, times = batch["past"], batch["pos_past"].times
+    batch_size, lookback, _ = past.shape
+    keep = lookback - round(fraction * lookback)
+    index = torch.rand(batch_size, lookback, generator=generator).argsort(-1)[:, :keep].sort(-1).values.to(past.device)
+    kept = past.gather(1, index[..., None].expand(-1, -1, past.shape[2]))
+    horizon = batch["future"].shape[1]
+    steps = torch.arange(keep + horizon, device=past.device)
+    return {
+        **batch,
+        "past": kept,
+        "pos_past": Positions(steps=steps[:keep], times=times.gather(1, index)),
+        "pos_future": Positions(steps=steps[keep:], times=batch["pos_future"].times),
+    }

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import types
 import typing
 from pathlib import Path
 from typing import Any, Literal, Union
@@ -62,6 +61,20 @@ def load_group(group: str, choice: str) -> DictConfig:
         valid = group_choices(group)
         raise ConfigError(f"unknown {group} '{choice}'{did_you_mean(choice, valid)}; valid: {', '.join(valid)}")
     return load_yaml(path)
+
+
+def load_node(group: str, choice: str) -> DictConfig:
+    """A group's YAML as its config node; ``encoder=a+b`` nests one block per member."""
+    from poslab.encoders.registry import SEPARATOR, members_of
+
+    if group != "encoder" or SEPARATOR not in choice:
+        return load_group(group, choice)
+    blocks = {}
+    for member in members_of(choice):
+        block = load_group(group, member)
+        block.pop("name", None)
+        blocks[member] = block
+    return OmegaConf.create({"name": choice, **blocks})
 
 
 # -- overrides ---------------------------------------------------------------
@@ -139,7 +152,7 @@ def compose(overrides: list[str] | tuple[str, ...] = ()) -> DictConfig:
         base,
         {"modality": modality, "experiment": experiment},
         mod_cfg,
-        *({group: load_group(group, select(group))} for group in NODE_GROUPS),
+        *({group: load_node(group, select(group))} for group in NODE_GROUPS),
         exp_cfg,
     )
     cfg = OmegaConf.merge(cfg, cli.dotlist_config(cfg))
@@ -159,7 +172,7 @@ def recompose(stored: dict, overrides: list[str] | tuple[str, ...] = ()) -> Dict
                 f"'{key}' is fixed by the checkpoint; evaluation may change data.*, trainer, logger, run.* and seed"
             )
     cfg = OmegaConf.create(stored)
-    cfg = OmegaConf.merge(cfg, *({g: load_group(g, c)} for g, c in cli.selections.items() if c))
+    cfg = OmegaConf.merge(cfg, *({g: load_node(g, c)} for g, c in cli.selections.items() if c))
     cfg = OmegaConf.merge(cfg, cli.dotlist_config(cfg))
     return validate(cfg)
 
@@ -175,7 +188,7 @@ def _pop_defaults(cfg: DictConfig) -> dict[str, Any]:
 # -- validation --------------------------------------------------------------------
 def validate(cfg: DictConfig) -> DictConfig:
     """Check ``cfg`` against the schema of its modality and encoder; return it typed."""
-    from poslab.encoders import encoder_class, encoder_options
+    from poslab.encoders import encoder_class
     from poslab.schema import MODALITY_SCHEMAS, encoder_schema, root_schema
 
     modality = cfg.get("modality")
@@ -186,7 +199,7 @@ def validate(cfg: DictConfig) -> DictConfig:
         )
     encoder = OmegaConf.select(cfg, "encoder.name")
     encoder_class(encoder, modality)
-    schema = root_schema(modality, encoder_schema(encoder, _resolved_options(encoder_options(encoder), encoder)))
+    schema = root_schema(modality, encoder_schema(encoder))
     structured = OmegaConf.structured(schema)
     _check_keys(cfg, structured, "")
     try:
@@ -205,21 +218,6 @@ def validate(cfg: DictConfig) -> DictConfig:
     if problem:
         raise ConfigError(problem)
     return merged
-
-
-def _resolved_options(options: dict, encoder: str) -> dict:
-    """Evaluate string annotations (``from __future__ import annotations``) to types."""
-    from poslab.encoders import encoder_class
-
-    hints = typing.get_type_hints(encoder_class(encoder).__init__)
-    return {k: p.replace(annotation=_normalise(hints.get(k, p.annotation))) for k, p in options.items()}
-
-
-def _normalise(annotation: Any) -> Any:
-    """``X | None`` (types.UnionType) -> ``typing.Union`` that OmegaConf understands."""
-    if isinstance(annotation, types.UnionType):
-        return Union[tuple(_normalise(a) for a in annotation.__args__)]  # noqa: UP007
-    return annotation
 
 
 def _check_keys(cfg: DictConfig, schema: DictConfig, prefix: str) -> None:

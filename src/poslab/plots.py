@@ -89,3 +89,15 @@ def depth_heatmap(lengths: Sequence[int], grid: Sequence[Sequence[float | None] 
     fig.colorbar(im, ax=ax, fraction=0.046, label="accuracy")
     fig.tight_layout()
     return fig
+
+
+def weekday_hour_heatmap(grid, weekday_names: Sequence[str], title: str) -> Figure:
+    """``[7, 24]`` mean error per (weekday, hour) of the forecast target."""
+    fig, ax = plt.subplots(figsize=(9.0, 3.4))
+    im = ax.imshow(grid.numpy(), cmap="viridis", aspect="auto")
+    ax.set_yticks(range(7), list(weekday_names))
+    ax.set_xticks(range(0, 24, 2), [str(h) for h in range(0, 24, 2)])
+    ax.set(xlabel="hour of day", title=title)
+    fig.colorbar(im, ax=ax, fraction=0.03, label="MSE")
+    fig.tight_layout()
+    return fig

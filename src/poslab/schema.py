@@ -10,6 +10,8 @@ listed here: their schema is derived from the encoder's constructor
 from __future__ import annotations
 
 import inspect
+import types
+import typing
 from dataclasses import dataclass, field, make_dataclass
 from typing import Any, Literal, Optional, Union
 
@@ -17,6 +19,7 @@ from omegaconf import MISSING
 
 from poslab.data.sequence_tasks import TASKS as SEQUENCE_TASKS
 from poslab.data.text_sources import SOURCES as TEXT_SOURCES
+from poslab.data.timeseries_sources import SOURCES as TIMESERIES_SOURCES
 from poslab.data.vision_sources import SOURCES as VISION_SOURCES
 from poslab.encoders.rope_scaling import SCALINGS
 
@@ -180,6 +183,46 @@ def check_text(cfg) -> str | None:
     return None
 
 
+# -- time series ------------------------------------------------------------------
+@dataclass
+class TimeseriesDataConfig:
+    name: Literal[tuple(TIMESERIES_SOURCES)] = MISSING  # type: ignore[valid-type]
+    root: str = MISSING
+    path: Optional[str] = MISSING
+    lookback: int = MISSING
+    horizon: int = MISSING
+    features: Literal["multivariate", "univariate"] = MISSING
+    batch_size: int = MISSING
+    eval_batch_size: int = MISSING
+    download: bool = MISSING
+
+
+@dataclass
+class ForecasterConfig:
+    layout: Literal["step", "patch", "query"] = MISSING
+    dim: int = MISSING
+    depth: int = MISSING
+    num_heads: int = MISSING
+    mlp_ratio: float = MISSING
+    dropout: float = MISSING
+    patch_len: int = MISSING
+    stride: int = MISSING
+    revin: bool = MISSING
+
+
+@dataclass
+class ForecastTaskConfig:
+    name: Literal["forecast"] = MISSING
+
+
+@dataclass
+class TimeseriesEvalConfig(EvalConfig):
+    """Baselines and probes at the end of a forecasting run."""
+
+    ridge: float = MISSING  # the linear baseline's ridge penalty
+    irregular_drop: float = MISSING  # fraction of past steps the irregular-sampling probe drops
+
+
 @dataclass(frozen=True)
 class ModalitySchema:
     """The modality-specific parts of the config."""
@@ -196,17 +239,51 @@ MODALITY_SCHEMAS: dict[str, ModalitySchema] = {
     "text": ModalitySchema(
         task=LMTaskConfig, data=TextDataConfig, model=TextModelConfig, eval=TextEvalConfig, check=check_text
     ),
+    "timeseries": ModalitySchema(
+        task=ForecastTaskConfig, data=TimeseriesDataConfig, model=ForecasterConfig, eval=TimeseriesEvalConfig
+    ),
 }
 
 
-def encoder_schema(name: str, options: dict[str, inspect.Parameter]) -> type:
-    """A dataclass for ``encoder.*``: ``name`` plus the constructor's typed options."""
-    fields_ = [("name", Literal[name], MISSING)]  # type: ignore[valid-type]
-    for key, param in options.items():
-        annotation = Any if param.annotation is inspect.Parameter.empty else param.annotation
+def encoder_schema(name: str) -> type:
+    """A dataclass for ``encoder.*``: ``name`` plus the constructor's typed options.
+
+    A composite (``rope+calendar``) gets one nested block per member.
+    """
+    from poslab.encoders.registry import SEPARATOR, members_of
+
+    fields_: list = [("name", Literal[name], MISSING)]  # type: ignore[valid-type]
+    if SEPARATOR in name:
+        for member in members_of(name):
+            block = _options_schema(member)
+            fields_.append((member, block, field(default_factory=block)))
+    else:
+        fields_ += _option_fields(name)
+    return make_dataclass(f"Encoder_{name.replace(SEPARATOR, '_')}", fields_)
+
+
+def _options_schema(name: str) -> type:
+    return make_dataclass(f"Options_{name}", _option_fields(name))
+
+
+def _option_fields(name: str) -> list:
+    """(key, type, default) of an encoder's options, string annotations evaluated."""
+    from poslab.encoders import encoder_class, encoder_options
+
+    hints = typing.get_type_hints(encoder_class(name).__init__)
+    out = []
+    for key, param in encoder_options(name).items():
+        annotation = _normalise(hints.get(key, Any))
         default = MISSING if param.default is inspect.Parameter.empty else param.default
-        fields_.append((key, annotation, field(default=default)))
-    return make_dataclass(f"Encoder_{name}", fields_)
+        out.append((key, annotation, field(default=default)))
+    return out
+
+
+def _normalise(annotation: Any) -> Any:
+    """``X | None`` (types.UnionType) -> ``typing.Union`` that OmegaConf understands."""
+    if isinstance(annotation, types.UnionType):
+        return Union[tuple(_normalise(a) for a in annotation.__args__)]
+    return annotation
 
 
 def root_schema(modality: str, encoder: type) -> type:

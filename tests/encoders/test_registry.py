@@ -51,7 +51,8 @@ def test_every_encoder_follows_the_protocol(name):
     cls = encoder_class(name)
     assert cls.modalities is None or all(isinstance(m, str) for m in cls.modalities)
     coords = torch.tensor([[r, c] for r in range(4) for c in range(4)], dtype=torch.float32)
-    pos = Positions(coords=coords) if cls.reads == "coords" else Positions(steps=torch.arange(16))
+    times = 1_467_331_200 + 3600 * torch.arange(16)  # hourly from 2016-07-01
+    pos = Positions(steps=torch.arange(16), coords=coords, times=times)
     plain = getattr(pos, cls.reads) if cls.reads else pos
     x = torch.randn(2, 16, 32)
     q = torch.randn(2, 2, 16, 16)

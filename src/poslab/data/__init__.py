@@ -15,6 +15,7 @@ from typing import Any
 DATAMODULES = {
     "vision": ("poslab.data.vision", "VisionDataModule"),
     "text": ("poslab.data.text", "TextDataModule"),
+    "timeseries": ("poslab.data.timeseries", "TimeSeriesDataModule"),
 }
 #: data.name values with a data module of their own
 SPECIAL = {

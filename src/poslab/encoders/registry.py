@@ -51,9 +51,27 @@ def available_encoders(modality: str | None = None) -> list[str]:
     return sorted(n for n, cls in _REGISTRY.items() if modality is None or cls.fits(modality))
 
 
+#: ``rope+calendar``: a composite of registered encoders, applied in that order.
+SEPARATOR = "+"
+
+
+def members_of(name: str) -> list[str]:
+    """The member names of a composite name (one name for a plain encoder)."""
+    return name.split(SEPARATOR)
+
+
 def encoder_class(name: str, modality: str | None = None) -> type[PositionEncoder]:
     """The class registered as ``name``; a clear error for unknown / unfit names."""
     _discover()
+    if SEPARATOR in name:
+        members = members_of(name)
+        if len(set(members)) != len(members) or "" in members:
+            raise ConfigError(f"encoder '{name}': a composite lists distinct encoders joined by '{SEPARATOR}'")
+        for member in members:
+            encoder_class(member, modality)
+        from poslab.encoders.composite import CompositeEncoder
+
+        return CompositeEncoder
     if name not in _REGISTRY:
         valid = available_encoders(modality)
         raise ConfigError(
@@ -71,7 +89,14 @@ def encoder_class(name: str, modality: str | None = None) -> type[PositionEncode
 
 
 def encoder_options(name: str) -> dict[str, inspect.Parameter]:
-    """The keyword options of an encoder: its constructor minus dim / num_heads."""
+    """The keyword options of an encoder: its constructor minus dim / num_heads.
+
+    A composite's options are one mapping per member, named after it.
+    """
+    if SEPARATOR in name:
+        encoder_class(name)
+        kind = inspect.Parameter.KEYWORD_ONLY
+        return {m: inspect.Parameter(m, kind, default=None, annotation=dict) for m in members_of(name)}
     params = inspect.signature(encoder_class(name).__init__).parameters
     return {k: p for k, p in params.items() if k != "self" and k not in STRUCTURAL_ARGS and p.kind is not p.VAR_KEYWORD}
 
@@ -85,6 +110,11 @@ def build_encoder(name: str, *, dim: int, num_heads: int, **options: Any) -> Pos
                 f"encoder '{name}' has no option '{key}'{did_you_mean(key, valid)}; "
                 f"options: {', '.join(valid) or 'none'}"
             )
+    if SEPARATOR in name:
+        members = {
+            m: build_encoder(m, dim=dim, num_heads=num_heads, **(options.get(m) or {})) for m in members_of(name)
+        }
+        return encoder_class(name)(dim=dim, num_heads=num_heads, members=members)
     return encoder_class(name)(dim=dim, num_heads=num_heads, **options)
 
 
@@ -97,6 +127,14 @@ def build_encoder_in_context(
     training patch grid, the training context length) is taken from
     ``context``; the encoder does not need to know where it comes from.
     """
+    if SEPARATOR in name:
+        members = {
+            m: build_encoder_in_context(
+                m, dim=dim, num_heads=num_heads, options=dict(options.get(m) or {}), context=context
+            )
+            for m in members_of(name)
+        }
+        return encoder_class(name)(dim=dim, num_heads=num_heads, members=members)
     accepted = encoder_options(name)
     filled = dict(options)
     for key, value in context.items():

@@ -24,14 +24,15 @@ class TransformerBlock(nn.Module):
         super().__init__()
         hidden = int(dim * mlp_ratio)
         self.norm1 = nn.LayerNorm(dim)
-        self.attn = SelfAttention(dim, num_heads, dropout=dropout)
+        self.attn = SelfAttention(dim, num_heads)  # no dropout on attention probabilities (see SelfAttention)
         self.norm2 = nn.LayerNorm(dim)
         self.mlp = nn.Sequential(
             nn.Linear(dim, hidden), nn.GELU(), nn.Dropout(dropout), nn.Linear(hidden, dim), nn.Dropout(dropout)
         )
+        self.attn_dropout = nn.Dropout(dropout)
 
     def forward(self, x, encoder, pos, bias=None, num_prefix_tokens=0, causal=False):
-        x = x + self.attn(self.norm1(x), encoder, pos, bias, num_prefix_tokens, causal)
+        x = x + self.attn_dropout(self.attn(self.norm1(x), encoder, pos, bias, num_prefix_tokens, causal))
         return x + self.mlp(self.norm2(x))
 
 
@@ -55,25 +56,35 @@ class Transformer(nn.Module):
         self.blocks = nn.ModuleList(TransformerBlock(dim, num_heads, mlp_ratio, dropout) for _ in range(depth))
         self.norm = nn.LayerNorm(dim)
 
-    def forward(self, x: torch.Tensor, pos: Positions | torch.Tensor, num_prefix_tokens: int = 0) -> torch.Tensor:
-        """``x [B, L, D]`` with the first ``num_prefix_tokens`` tokens unpositioned."""
+    def forward(
+        self,
+        x: torch.Tensor,
+        pos: Positions | torch.Tensor,
+        num_prefix_tokens: int = 0,
+        allowed: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """``x [B, L, D]`` with the first ``num_prefix_tokens`` tokens unpositioned.
+
+        ``allowed``: optional boolean ``[L, L]`` mask of which token may attend
+        to which (a structure of the task, e.g. forecast queries see the past).
+        """
         p = num_prefix_tokens
         x = (
             torch.cat((x[:, :p], self.encoder.encode_input(x[:, p:], pos)), dim=1)
             if p
             else self.encoder.encode_input(x, pos)
         )
-        bias = self.attention_bias(pos, p, x.dtype, x.device)
+        bias = self.attention_bias(pos, p, x.dtype, x.device, allowed)
         for block in self.blocks:
             x = block(x, self.encoder, pos, bias, p, self.causal)
         return self.norm(x)
 
-    def attention_bias(self, pos, num_prefix_tokens: int, dtype, device) -> AttentionBias | None:
+    def attention_bias(self, pos, num_prefix_tokens: int, dtype, device, allowed=None) -> AttentionBias | None:
         """The encoder's bias (zero for prefix tokens), once per forward pass for all layers."""
         bias = self.encoder.attention_bias(pos, pos)
         if bias is None:
-            return None
+            return None if allowed is None else AttentionBias(None, self.causal, allowed.to(device))
         bias = F.pad(bias.to(device=device, dtype=dtype), (num_prefix_tokens, 0, num_prefix_tokens, 0))
         if bias.dim() == 3:  # [H, L, L] -> [1, H, L, L]: broadcast over the batch (a 3D mask is slow in SDPA)
             bias = bias.unsqueeze(0)
-        return AttentionBias(bias, self.causal)
+        return AttentionBias(bias, self.causal, None if allowed is None else allowed.to(device))

@@ -16,6 +16,7 @@ TASKS = {
     "classification": ("poslab.tasks.classification", "ImageClassifier"),
     "lm": ("poslab.tasks.language_model", "LanguageModel"),
     "sequence": ("poslab.tasks.sequence", "SequenceTask"),
+    "forecast": ("poslab.tasks.forecasting", "ForecastTask"),
 }
 
 

@@ -1,0 +1,106 @@
+"""Time series as arrays: values ``[T, C]``, Unix timestamps ``[T]``, split borders.
+
+* ``taylor`` (default, no network): half-hourly electricity demand in England
+  and Wales, Monday 2000-06-05 to 2000-08-27 (Taylor 2003), 4,032 values that
+  ``pmdarima.datasets.load_taylor()`` ships; timestamps rebuilt with
+  ``pandas.date_range(freq="30min")``. Split chronologically 70 / 10 / 20 %.
+* ``etth1`` / ``ettm1`` (Zhou et al. 2021, ETDataset; SHA-256 checked): the
+  Informer / Time-Series-Library split of 12 / 4 / 4 months — ETTh1 rows
+  [0, 8640), [8640, 11520), [11520, 14400); ETTm1 four times that.
+
+* ``csvfile``: your own CSV (``data.path``) with a ``date`` column and numeric
+  columns (the last one is the univariate target), split 70 / 10 / 20 %.
+
+Borders are where each split's *targets* start; a window may look back across
+a border (val starts at 8640 − lookback), as in Time-Series-Library.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from poslab.data.downloads import fetch
+from poslab.errors import DataError
+
+ETT_URL = "https://raw.githubusercontent.com/zhouhaoyi/ETDataset/main/ETT-small/{name}.csv"
+#: sha256 from HF datasets' ett dataset_infos.json (ETTh1 also in ../shared/data/README.md)
+ETT_SHA256 = {
+    "ETTh1": "f18de3ad269cef59bb07b5438d79bb3042d3be49bdeecf01c1cd6d29695ee066",
+    "ETTm1": "6ce1759b1a18e3328421d5d75fadcb316c449fcd7cec32820c8dafda71986c9e",
+}
+ETT_COLUMNS = ("HUFL", "HULL", "MUFL", "MULL", "LUFL", "LULL", "OT")
+
+
+@dataclass(frozen=True)
+class Series:
+    values: np.ndarray  # [T, C] float64
+    times: np.ndarray  # [T] int64 Unix seconds
+    columns: tuple[str, ...]
+    step_seconds: int
+    borders: tuple[int, int, int]  # train end, val end, test end (exclusive)
+
+
+def to_unix_seconds(index) -> np.ndarray:
+    """pandas datetimes (any resolution) -> int64 seconds since 1970-01-01 UTC."""
+    import pandas as pd
+
+    return np.asarray((pd.DatetimeIndex(index) - pd.Timestamp("1970-01-01")) // pd.Timedelta("1s"), dtype=np.int64)
+
+
+def load_taylor(root: Path, download: bool, path: str | None = None) -> Series:
+    import pandas as pd
+    from pmdarima.datasets import load_taylor as pmdarima_taylor
+
+    values = np.asarray(pmdarima_taylor(), dtype=np.float64)[:, None]
+    times = to_unix_seconds(pd.date_range("2000-06-05 00:00", periods=len(values), freq="30min"))
+    n = len(values)
+    return Series(values, times, ("demand",), 1800, (int(0.7 * n), int(0.8 * n), n))
+
+
+def _load_ett(name: str, rows_per_month: int) -> Callable[..., Series]:
+    def load(root: Path, download: bool, path: str | None = None) -> Series:
+        path = fetch(ETT_URL.format(name=name), Path(root) / f"{name}.csv", ETT_SHA256[name], download)
+        series = _read_csv(path, borders_of=lambda n: tuple(m * 30 * rows_per_month for m in (12, 16, 20)))
+        if series.columns != ETT_COLUMNS:
+            raise DataError(f"{path} has columns {series.columns}, expected {ETT_COLUMNS}")
+        return series
+
+    return load
+
+
+def load_csvfile(root: Path, download: bool, path: str | None = None) -> Series:
+    if not path:
+        raise DataError("data=csvfile needs data.path=<a CSV with a date column>")
+    return _read_csv(Path(path), borders_of=lambda n: (int(0.7 * n), int(0.8 * n), n))
+
+
+def _read_csv(path: Path, borders_of: Callable[[int], tuple[int, int, int]]) -> Series:
+    import pandas as pd
+
+    try:
+        frame = pd.read_csv(path)
+        times = to_unix_seconds(pd.to_datetime(frame.pop("date")))
+        values = frame.to_numpy(dtype=np.float64)
+    except (OSError, KeyError, ValueError) as exc:
+        raise DataError(f"cannot read {path} as a time series (a 'date' column and numeric columns): {exc}") from None
+    if len(values) < 3 or values.shape[1] == 0:
+        raise DataError(f"{path} holds no series")
+    borders = borders_of(len(values))
+    if len(values) < borders[-1]:
+        raise DataError(f"{path} has {len(values)} rows, fewer than the {borders[-1]} its split needs")
+    steps = np.diff(times)
+    if (steps != steps[0]).any():
+        raise DataError(f"{path} is not regularly sampled (steps of {sorted(set(steps.tolist()))[:3]} s)")
+    return Series(values, times, tuple(frame.columns), int(steps[0]), borders)
+
+
+SOURCES: dict[str, Callable[..., Series]] = {
+    "taylor": load_taylor,
+    "etth1": _load_ett("ETTh1", 24),
+    "ettm1": _load_ett("ETTm1", 24 * 4),
+    "csvfile": load_csvfile,
+}

@@ -1,0 +1,57 @@
+"""A chain of encoders that the backbone sees as one (``encoder=rope+calendar``).
+
+Each member reads its own field of :class:`~poslab.positions.Positions` — e.g.
+RoPE on step indices plus a calendar embedding on timestamps — and the
+composite calls every member's hooks in turn: input encodings are applied one
+after the other, rotations composed, biases summed. Built by the registry for
+any ``a+b`` name; the config holds one options block per member
+(``encoder.calendar.embedding=learned``).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from poslab.encoders.base import PositionEncoder
+from poslab.errors import PoslabError
+from poslab.positions import Positions
+
+
+class CompositeEncoder(PositionEncoder):
+    reads = None
+
+    def __init__(self, dim: int, num_heads: int, members: dict[str, PositionEncoder]) -> None:
+        super().__init__(dim, num_heads)
+        self.members = nn.ModuleDict(members)
+        self.name = "+".join(members)
+        self.context_extensions = tuple(e for m in members.values() for e in m.context_extensions)
+
+    def _positions(self, pos: Positions | torch.Tensor) -> Positions:
+        if isinstance(pos, torch.Tensor):
+            raise PoslabError(f"encoder '{self.name}' reads several position fields: pass a Positions")
+        return pos
+
+    def encode_input(self, x, pos):
+        pos = self._positions(pos)
+        for member in self.members.values():
+            x = member.encode_input(x, pos)
+        return x
+
+    def rotate(self, x, pos):
+        pos = self._positions(pos)
+        for member in self.members.values():
+            x = member.rotate(x, pos)
+        return x
+
+    def attention_bias(self, q_pos, k_pos):
+        q_pos, k_pos = self._positions(q_pos), self._positions(k_pos)
+        biases = [b for m in self.members.values() if (b := m.attention_bias(q_pos, k_pos)) is not None]
+        return sum(biases[1:], biases[0]) if biases else None
+
+    def extended(self, kind: str, factor: float) -> CompositeEncoder:
+        """Extend the members that know ``kind``; the others are shared unchanged."""
+        members = {
+            name: m.extended(kind, factor) if kind in m.context_extensions else m for name, m in self.members.items()
+        }
+        return CompositeEncoder(self.dim, self.num_heads, members)

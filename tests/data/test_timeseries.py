@@ -1,0 +1,111 @@
+"""Time-series data: sources, the standard splits, scaling, windows and positions."""
+
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from poslab.callbacks import drop_steps
+from poslab.config import compose
+from poslab.data import timeseries_sources
+from poslab.data.timeseries import TimeSeriesDataModule
+from poslab.data.timeseries_sources import ETT_COLUMNS
+from poslab.errors import DataError
+from tests.conftest import SHARED_DATA
+
+
+def datamodule(*overrides: str) -> TimeSeriesDataModule:
+    dm = TimeSeriesDataModule(compose(["modality=timeseries", *overrides]).data)
+    dm.setup()
+    return dm
+
+
+@pytest.fixture(scope="module")
+def fake_etth1(tmp_path_factory):
+    """A generated CSV shaped like ETTh1: the same columns, 17,420 hourly rows from 2016-07-01."""
+    root = tmp_path_factory.mktemp("ett")
+    rng = np.random.default_rng(0)
+    frame = pd.DataFrame(rng.normal(size=(17_420, 7)).cumsum(axis=0), columns=list(ETT_COLUMNS))
+    frame.insert(0, "date", pd.date_range("2016-07-01 00:00", periods=17_420, freq="h").strftime("%Y-%m-%d %H:%M:%S"))
+    path = root / "ETTh1.csv"
+    frame.to_csv(path, index=False)
+    return root, hashlib.sha256(path.read_bytes()).hexdigest(), frame
+
+
+def test_taylor_default_split_and_timestamps():
+    dm = datamodule()
+    assert dm.series.values.shape == (4032, 1) and dm.step_seconds == 1800
+    assert dm.series.borders == (2822, 3225, 4032)
+    first = pd.Timestamp(int(dm.times[0]), unit="s")
+    assert first == pd.Timestamp("2000-06-05 00:00") and first.day_name() == "Monday"
+    train = dm.values[:2822]
+    assert train.mean().abs() < 1e-5 and (train.std(unbiased=False) - 1).abs() < 1e-4
+    assert {s: len(dm.windows(s)) for s in ("train", "val", "test")} == {"train": 2439, "val": 356, "test": 760}
+
+
+def test_ett_split_boundaries_and_scaling(fake_etth1, monkeypatch):
+    root, digest, frame = fake_etth1
+    monkeypatch.setitem(timeseries_sources.ETT_SHA256, "ETTh1", digest)
+    dm = datamodule("data=etth1", f"data.root={root}", "data.lookback=96", "data.horizon=24")
+    assert dm.series.borders == (8640, 11520, 14400) and dm.channels == 7
+    raw = frame[list(ETT_COLUMNS)].to_numpy()
+    np.testing.assert_allclose(dm.mean, raw[:8640].mean(axis=0))
+    np.testing.assert_allclose(dm.values[0].numpy(), ((raw[0] - raw[:8640].mean(0)) / raw[:8640].std(0)), rtol=1e-5)
+    val, test = dm.windows("val"), dm.windows("test")
+    assert val.start == 8640 - 96 and len(val) == 11520 - 24 - 8640 + 1
+    assert test.start == 11520 - 96 and test[len(test) - 1][1].shape == (24, 7)
+    last_target_end = test.start + len(test) - 1 + 96 + 24
+    assert last_target_end == 14400
+    uni = datamodule("data=etth1", f"data.root={root}", "data.features=univariate")
+    np.testing.assert_allclose(uni.series.values[:, -1], raw[:, -1])  # OT is the target column
+    assert uni.channels == 1
+
+
+def test_a_changed_ett_file_fails_its_checksum(fake_etth1):
+    root, _, _ = fake_etth1
+    with pytest.raises(DataError, match="ETTh1.csv fails its checksum"):
+        datamodule("data=etth1", f"data.root={root}")
+
+
+@pytest.mark.skipif(not (SHARED_DATA / "ETTh1.csv").exists(), reason="no ../shared/data")
+def test_real_etth1_from_the_shared_root_needs_no_download():
+    dm = datamodule("data=etth1", f"data.root={SHARED_DATA}", "data.download=false")
+    assert dm.series.values.shape == (17_420, 7)
+    assert pd.Timestamp(int(dm.times[0]), unit="s") == pd.Timestamp("2016-07-01 00:00")
+    assert dm.step_seconds == 3600
+
+
+def test_windows_carry_steps_and_timestamps():
+    dm = datamodule()
+    batch = dm.as_batch(next(iter(dm.loader("test"))))
+    past, future = batch["pos_past"], batch["pos_future"]
+    assert torch.equal(past.steps, torch.arange(336)) and torch.equal(future.steps, torch.arange(336, 384))
+    assert torch.all(past.times[:, 1:] - past.times[:, :-1] == 1800)
+    assert torch.all(future.times[:, 0] - past.times[:, -1] == 1800)
+
+
+def test_irregular_probe_moves_index_positions_not_timestamps():
+    dm = datamodule()
+    batch = dm.as_batch(next(iter(dm.loader("test"))))
+    probed = drop_steps(batch, 0.2, torch.Generator().manual_seed(0))
+    keep = 336 - round(0.2 * 336)
+    assert probed["past"].shape[1] == keep
+    assert torch.equal(probed["pos_past"].steps, torch.arange(keep))  # recounted: now wrong
+    times = probed["pos_past"].times
+    assert torch.all(times[:, 1:] > times[:, :-1]) and (times[:, 1:] - times[:, :-1]).max() > 1800  # gaps kept
+    assert set(times[0].tolist()) <= set(batch["pos_past"].times[0].tolist())  # true timestamps
+    value_at = dict(zip(batch["pos_past"].times[0].tolist(), batch["past"][0, :, 0].tolist(), strict=True))
+    assert [value_at[t] for t in times[0].tolist()] == probed["past"][0, :, 0].tolist()
+    assert torch.equal(probed["pos_future"].times, batch["pos_future"].times)
+    assert torch.equal(probed["pos_future"].steps, torch.arange(keep, keep + 48))
+
+
+def test_csvfile_needs_regular_steps(tmp_path):
+    frame = pd.DataFrame({"date": ["2020-01-01 00:00", "2020-01-01 01:00", "2020-01-01 03:00"], "y": [1.0, 2.0, 3.0]})
+    frame.to_csv(tmp_path / "s.csv", index=False)
+    with pytest.raises(DataError, match="not regularly sampled"):
+        datamodule("data=csvfile", f"data.path={tmp_path / 's.csv'}")

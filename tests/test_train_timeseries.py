@@ -1,0 +1,58 @@
+"""Forecasting runs end to end: every encoder, every layout, baselines, probes, calendar vs index."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from poslab.config import compose
+from poslab.encoders import available_encoders
+from poslab.train import train
+
+SUMMARY_METRICS = (
+    "test/mse",
+    "test/mae",
+    "baseline/seasonal_naive_day_mse",
+    "baseline/repeat_last_mse",
+    "baseline/linear_mse",
+)  # the week baseline needs a week of lookback: the tiny runs have two days
+
+
+@pytest.mark.parametrize("encoder", available_encoders("timeseries"))
+def test_every_timeseries_encoder_trains_a_few_steps(tiny_ts, encoder):
+    summary = train(compose([*tiny_ts, f"encoder={encoder}"]))
+    assert set(SUMMARY_METRICS) <= set(summary["metrics"])
+    assert summary["metrics"]["test/mse"] > 0
+    notes = dict(summary["tables"]["notes"]["rows"])
+    assert "shorter than a week" in notes["baseline/seasonal_naive_week_mse"]
+
+
+@pytest.mark.parametrize("layout", ["step", "patch", "query"])
+def test_layouts_and_what_each_reports(tiny_ts, layout):
+    summary = train(compose([*tiny_ts, "encoder=rope+calendar", f"model.layout={layout}"]))
+    metrics = summary["metrics"]
+    assert {"test/mse@h1-6", "test/mse@h19-24"} <= set(metrics)
+    probes = {"extrap/mse@2xH", "extrap/mse@2xL", "probe/irregular_mse"}
+    if layout == "query":
+        assert probes <= set(metrics)
+        assert "extrap/baseline_linear_mse@2xH" in metrics
+    else:
+        assert not probes & set(metrics)
+        notes = {row[0] for row in summary["tables"]["notes"]["rows"]}
+        assert probes <= notes
+    rows = summary["tables"]["test/mse_by_weekday_hour"]["rows"]
+    assert len(rows) == 7 * 24
+    assert (Path(summary["run_dir"]) / summary["figures"]["test/mse_by_weekday_hour"]).exists()
+
+
+@pytest.mark.slow
+def test_a_calendar_beats_index_positions_when_value_depends_on_the_weekday(tiny_ts):
+    """A 1-day lookback cannot tell Thursday->Friday (1->1) from Friday->Saturday (1->-1);
+    the calendar of the future steps can."""
+    base = [o for o in tiny_ts if not o.startswith(("trainer.", "data.lookback", "data.horizon"))]
+    common = [*base, "data.lookback=24", "data.horizon=24", "model.revin=false", "model.dim=32"]
+    common += ["trainer.max_epochs=3", "trainer.enable_progress_bar=false", "optim.lr=3e-3"]
+    calendar = train(compose([*common, "encoder=calendar", "run.name=calendar"]))
+    index = train(compose([*common, "encoder=rope", "run.name=index"]))
+    assert calendar["metrics"]["test/mse"] < 0.5 * index["metrics"]["test/mse"]
