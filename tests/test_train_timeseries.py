@@ -8,6 +8,7 @@ import pytest
 
 from poslab.config import compose
 from poslab.encoders import available_encoders
+from poslab.errors import PoslabError
 from poslab.train import train
 
 SUMMARY_METRICS = (
@@ -33,7 +34,8 @@ def test_layouts_and_what_each_reports(tiny_ts, layout):
     summary = train(compose([*tiny_ts, "encoder=rope+calendar", f"model.layout={layout}"]))
     metrics = summary["metrics"]
     assert {"test/mse@h1-6", "test/mse@h19-24"} <= set(metrics)
-    probes = {"extrap/mse@2xH", "extrap/mse@2xL", "probe/irregular_mse"}
+    assert "probe/irregular_mse" in metrics  # every layout: the past is sampled irregularly, not shortened
+    probes = {"extrap/mse@2xH", "extrap/mse@2xL"}
     if layout == "query":
         assert probes <= set(metrics)
         assert "extrap/baseline_linear_mse@2xH" in metrics
@@ -56,3 +58,16 @@ def test_a_calendar_beats_index_positions_when_value_depends_on_the_weekday(tiny
     calendar = train(compose([*common, "encoder=calendar", "run.name=calendar"]))
     index = train(compose([*common, "encoder=rope", "run.name=index"]))
     assert calendar["metrics"]["test/mse"] < 0.5 * index["metrics"]["test/mse"]
+
+
+def test_highway_adds_a_linear_path_for_fixed_layouts(tiny_ts):
+    summary = train(compose([*tiny_ts, "encoder=cyclic", "model.layout=patch", "model.highway=true"]))
+    assert summary["metrics"]["test/mse"] > 0
+    with pytest.raises(PoslabError, match="model.highway needs a fixed lookback and horizon"):
+        train(compose([*tiny_ts, "model.layout=query", "model.highway=true"]))
+
+
+def test_the_etth1_experiment_composes_the_standard_benchmark():
+    cfg = compose(["experiment=etth1"])
+    assert (cfg.modality, cfg.data.name, cfg.data.lookback, cfg.data.horizon) == ("timeseries", "etth1", 336, 96)
+    assert cfg.data.features == "multivariate" and cfg.model.layout == "patch"

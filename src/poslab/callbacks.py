@@ -152,8 +152,8 @@ class LengthGeneralization(Reporter):
 
 
 class ForecastReport(Reporter):
-    """After testing a forecaster: baselines, per-horizon error, weekday x hour error,
-    and — for the query layout — horizon / lookback extrapolation and the irregular-sampling probe."""
+    """After testing a forecaster: baselines, per-horizon error, weekday x hour error, the
+    irregular-sampling probe and — for the query layout — horizon / lookback extrapolation."""
 
     BUCKETS = 4
 
@@ -166,6 +166,7 @@ class ForecastReport(Reporter):
     def on_test_end(self, trainer, pl_module) -> None:
         from poslab.data.timeseries import seasonal_steps
         from poslab.evaluation.baselines import all_baselines, stack_windows
+        from poslab.evaluation.probes import drop_steps, irregular_lookback
 
         dm = trainer.datamodule
         metrics = self.report["metrics"]
@@ -197,18 +198,21 @@ class ForecastReport(Reporter):
         self.add_table(trainer, "test/vs_baselines", ["forecaster", "mse", "mae"], rows)
         self._weekday_hour(trainer, pl_module, pred, target, times)
 
+        lookback = dm.lookback
+        generator = torch.Generator().manual_seed(0)
+        longer = irregular_lookback(lookback, self.drop)
+        self._attempt(
+            "probe/irregular_mse",
+            lambda: forecast("test", longer, transform=lambda batch: drop_steps(batch, lookback, generator)),
+        )
         if pl_module.model.layout != "query":
             why = f"layout={pl_module.model.layout} has a fixed input and output size; use model.layout=query"
-            self.notes += [["extrap/mse@2xH", why], ["extrap/mse@2xL", why], ["probe/irregular_mse", why]]
+            self.notes += [["extrap/mse@2xH", why], ["extrap/mse@2xL", why]]
         else:
-            lookback = dm.lookback
             for key, shape in (("2xH", (None, 2 * horizon)), ("2xL", (2 * lookback, None))):
                 for name, err in baselines(*shape).items():
                     metrics[f"extrap/baseline_{name}_mse@{key}"] = err["mse"]
                 self._attempt(f"extrap/mse@{key}", lambda shape=shape: forecast("test", *shape))
-            generator = torch.Generator().manual_seed(0)
-            probe = lambda: forecast(transform=lambda batch: drop_steps(batch, self.drop, generator))  # noqa: E731
-            self._attempt("probe/irregular_mse", probe)
         if self.notes:
             self.add_table(trainer, "notes", ["metric", "why it is missing"], self.notes)
 
@@ -237,27 +241,3 @@ class ForecastReport(Reporter):
         self.add_table(trainer, "test/mse_by_weekday_hour", ["weekday", "hour", "mse"], rows)
         title = f"{pl_module.encoder.name}: test MSE by weekday and hour of the target"
         self.add_figure(trainer, "test/mse_by_weekday_hour", plots.weekday_hour_heatmap(grid, names, title))
-
-
-def drop_steps(batch: dict, fraction: float, generator) -> dict:
-    """The irregular-sampling probe: drop a random ``fraction`` of each window's past steps.
-
-    The kept values keep their true timestamps; step indices are recounted
-    0..L'−1 as if the series were regular, so index positions become wrong
-    while timestamp positions stay right.
-    """
-    from poslab.positions import Positions
-
-    past, times = batch["past"], batch["pos_past"].times
-    batch_size, lookback, _ = past.shape
-    keep = lookback - round(fraction * lookback)
-    index = torch.rand(batch_size, lookback, generator=generator).argsort(-1)[:, :keep].sort(-1).values.to(past.device)
-    kept = past.gather(1, index[..., None].expand(-1, -1, past.shape[2]))
-    horizon = batch["future"].shape[1]
-    steps = torch.arange(keep + horizon, device=past.device)
-    return {
-        **batch,
-        "past": kept,
-        "pos_past": Positions(steps=steps[:keep], times=times.gather(1, index)),
-        "pos_future": Positions(steps=steps[keep:], times=batch["pos_future"].times),
-    }

@@ -208,6 +208,7 @@ class ForecasterConfig:
     patch_len: int = MISSING
     stride: int = MISSING
     revin: bool = MISSING
+    highway: Optional[bool] = MISSING  # null: on for step / patch, off for query
 
 
 @dataclass

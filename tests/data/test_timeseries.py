@@ -9,12 +9,12 @@ import pandas as pd
 import pytest
 import torch
 
-from poslab.callbacks import drop_steps
 from poslab.config import compose
 from poslab.data import timeseries_sources
 from poslab.data.timeseries import TimeSeriesDataModule
 from poslab.data.timeseries_sources import ETT_COLUMNS
 from poslab.errors import DataError
+from poslab.evaluation.probes import drop_steps, irregular_lookback
 from tests.conftest import SHARED_DATA
 
 
@@ -90,9 +90,11 @@ def test_windows_carry_steps_and_timestamps():
 
 def test_irregular_probe_moves_index_positions_not_timestamps():
     dm = datamodule()
-    batch = dm.as_batch(next(iter(dm.loader("test"))))
-    probed = drop_steps(batch, 0.2, torch.Generator().manual_seed(0))
-    keep = 336 - round(0.2 * 336)
+    longer = irregular_lookback(336, 0.2)
+    assert longer == 420
+    batch = dm.as_batch(next(iter(dm.loader("test", lookback=longer))))
+    keep = 336
+    probed = drop_steps(batch, keep, torch.Generator().manual_seed(0))
     assert probed["past"].shape[1] == keep
     assert torch.equal(probed["pos_past"].steps, torch.arange(keep))  # recounted: now wrong
     times = probed["pos_past"].times

@@ -7,7 +7,10 @@ tokens. ``embedding=learned`` (default) trains the tables; ``fixed`` uses
 Vaswani sinusoids over each table's rows (TSLib's ``FixedEmbedding``), whose
 neighbouring rows — Friday and Saturday — are nearly equal: on a series that
 depends only on weekday vs weekend it learned ~5x slower than ``learned``
-(tests/test_train_timeseries.py).
+(tests/test_train_timeseries.py). ``fields`` picks the tables: on a series
+shorter than a year, month and day-of-month take values in the test split that
+training never saw (a learned row that never trained is noise), so
+``fields=[weekday, hour]`` is the safe choice there.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from torch import nn
 from poslab.encoders.base import PositionEncoder
 from poslab.encoders.registry import register_encoder
 from poslab.encoders.sinusoidal import sinusoidal_table
+from poslab.errors import ConfigError
 from poslab.timestamps import calendar_fields
 
 TABLES = {"month": 13, "day": 32, "weekday": 7, "hour": 24, "minute": 4}
@@ -35,11 +39,16 @@ class Calendar(PositionEncoder):
         dim: int,
         num_heads: int,
         embedding: Literal["fixed", "learned"] = "learned",
+        fields: list[str] | None = None,
         step_seconds: int | None = None,
     ) -> None:
         super().__init__(dim, num_heads)
         self.embedding = embedding
-        self.fields = [f for f in TABLES if f != "minute" or (step_seconds or 3600) < 3600]
+        wanted = list(fields or TABLES)
+        unknown = [f for f in wanted if f not in TABLES]
+        if unknown:
+            raise ConfigError(f"calendar: unknown field {unknown[0]!r}; valid: {', '.join(TABLES)}")
+        self.fields = [f for f in wanted if f != "minute" or (step_seconds or 3600) < 3600]
         self.tables = nn.ModuleDict()
         for name in self.fields:
             table = nn.Embedding(TABLES[name], dim)

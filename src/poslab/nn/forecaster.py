@@ -17,6 +17,10 @@ and puts them back on the forecast.
   the past and to themselves; a per-token head reads each query's value.
   Nothing depends on the lookback or horizon length, so the model runs at
   other lengths (and on irregularly sampled pasts).
+
+``highway=True`` (step / patch layouts) adds a linear map from the lookback to
+the horizon beside the transformer — LSTNet's autoregressive highway (Lai et
+al. 2018): the transformer then models what a linear forecaster misses.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ import torch
 from torch import nn
 
 from poslab.encoders.base import PositionEncoder
+from poslab.errors import PoslabError
 from poslab.nn.backbone import Transformer
 from poslab.positions import Positions
 
@@ -69,10 +74,16 @@ class Forecaster(nn.Module):
         patch_len: int = 16,
         stride: int = 8,
         revin: bool = True,
+        highway: bool | None = False,
     ) -> None:
         super().__init__()
         if layout not in LAYOUTS:
             raise ValueError(f"layout must be one of {LAYOUTS}, got '{layout}'")
+        if highway is None:  # automatic: wherever the sizes are fixed
+            highway = layout != "query"
+        if highway and layout == "query":
+            raise PoslabError("model.highway needs a fixed lookback and horizon: use model.layout=step or patch")
+        self.highway = nn.Linear(lookback, horizon, bias=False) if highway else None
         self.layout, self.lookback, self.horizon = layout, lookback, horizon
         self.patch_len, self.stride, self.revin = patch_len, stride, revin
         self.backbone = Transformer(
@@ -115,6 +126,8 @@ class Forecaster(nn.Module):
             y = self.head(tokens.flatten(1))
         else:
             y = self._queries(x, pos_past, pos_future, horizon)
+        if self.highway is not None:
+            y = y + self.highway(x)
         if self.revin:
             y = y * std + mean
         return y.reshape(batch, channels, horizon).permute(0, 2, 1)

@@ -43,6 +43,7 @@ class ForecastTask(L.LightningModule):
             patch_len=model_cfg["patch_len"],
             stride=model_cfg["stride"],
             revin=model_cfg["revin"],
+            highway=model_cfg["highway"],
         )
         self.metrics = torch.nn.ModuleDict(
             {
