@@ -71,3 +71,16 @@ def test_the_etth1_experiment_composes_the_standard_benchmark():
     cfg = compose(["experiment=etth1"])
     assert (cfg.modality, cfg.data.name, cfg.data.lookback, cfg.data.horizon) == ("timeseries", "etth1", 336, 96)
     assert cfg.data.features == "multivariate" and cfg.model.layout == "patch"
+
+
+def test_multivariate_series_train_channel_independently(tiny_ts, weekday_csv, tmp_path):
+    import pandas as pd
+
+    frame = pd.read_csv(weekday_csv)
+    frame["z"] = -frame["y"] + 0.5
+    path = tmp_path / "two.csv"
+    frame.to_csv(path, index=False)
+    overrides = [o if not o.startswith("data.path") else f"data.path={path}" for o in tiny_ts]
+    for layout in ("patch", "query"):
+        summary = train(compose([*overrides, f"model.layout={layout}", f"run.name={layout}"]))
+        assert summary["metrics"]["test/mse"] > 0

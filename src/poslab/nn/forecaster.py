@@ -130,7 +130,7 @@ class Forecaster(nn.Module):
             y = y + self.highway(x)
         if self.revin:
             y = y * std + mean
-        return y.reshape(batch, channels, horizon).permute(0, 2, 1)
+        return y.reshape(batch, channels, horizon).permute(0, 2, 1).contiguous()
 
     def patchify(self, x: torch.Tensor, pos: Positions) -> tuple[torch.Tensor, Positions]:
         """Patch tokens ``[N, P, D]`` and their positions (each patch's first step)."""
