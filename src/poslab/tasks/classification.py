@@ -4,32 +4,24 @@ from __future__ import annotations
 
 from typing import Any
 
-import lightning as L
 import torch.nn.functional as F
 from torchmetrics.classification import MulticlassAccuracy
 
-from poslab.encoders import build_encoder_in_context
 from poslab.nn.vit import ViT
-from poslab.tasks.optim import adamw_one_cycle
+from poslab.tasks.base import PositionTask
 
 
-class ImageClassifier(L.LightningModule):
+class ImageClassifier(PositionTask):
     """``cfg`` is the resolved config as plain containers (checkpoint-safe)."""
 
+    monitor = ("val/acc", "max")
+
     def __init__(self, cfg: dict[str, Any], num_classes: int, in_chans: int, context: dict[str, Any]) -> None:
-        super().__init__()
+        super().__init__(cfg)
         self.save_hyperparameters()
-        self.cfg = cfg
-        model_cfg, enc_cfg = cfg["model"], dict(cfg["encoder"])
-        encoder = build_encoder_in_context(
-            enc_cfg.pop("name"),
-            dim=model_cfg["dim"],
-            num_heads=model_cfg["num_heads"],
-            options=enc_cfg,
-            context=context,
-        )
+        model_cfg = cfg["model"]
         self.model = ViT(
-            encoder,
+            self.build_encoder(context),
             in_chans=in_chans,
             num_classes=num_classes,
             patch_size=cfg["data"]["patch_size"],
@@ -48,15 +40,6 @@ class ImageClassifier(L.LightningModule):
         self.test_acc = MulticlassAccuracy(num_classes, average="micro")
         self.test_class_acc = MulticlassAccuracy(num_classes, average=None)
         self.per_class_accuracy: list[float] | None = None
-        self.monitor = ("val/acc", "max")  # what the best checkpoint is chosen by
-
-    @property
-    def encoder(self):
-        return self.model.encoder
-
-    @property
-    def backbone(self):
-        return self.model.backbone
 
     def forward(self, images, pos):
         return self.model(images, pos)
@@ -88,15 +71,6 @@ class ImageClassifier(L.LightningModule):
         self.test_class_acc.reset()
 
     def report_callbacks(self, cfg) -> list:
-        """Task-specific reporters that train / evaluate attach to the Trainer."""
         from poslab.callbacks import PerClassAccuracy
 
         return [PerClassAccuracy()]
-
-    def configure_optimizers(self):
-        return adamw_one_cycle(
-            self,
-            self.cfg["optim"],
-            self.trainer.estimated_stepping_batches,
-            no_decay_modules=(self.encoder,),
-        )

@@ -4,32 +4,25 @@ from __future__ import annotations
 
 from typing import Any
 
-import lightning as L
 import torch
 import torch.nn.functional as F
 from torchmetrics import MeanAbsoluteError, MeanSquaredError
 
-from poslab.encoders import build_encoder_in_context
 from poslab.nn.forecaster import Forecaster
 from poslab.positions import Positions
-from poslab.tasks.optim import adamw_one_cycle
+from poslab.tasks.base import PositionTask
 
 
-class ForecastTask(L.LightningModule):
+class ForecastTask(PositionTask):
+    monitor = ("val/mse", "min")
+
     def __init__(
         self, cfg: dict[str, Any], lookback: int, horizon: int, channels: int, context: dict[str, Any]
     ) -> None:
-        super().__init__()
+        super().__init__(cfg)
         self.save_hyperparameters()
-        self.cfg = cfg
-        model_cfg, enc_cfg = cfg["model"], dict(cfg["encoder"])
-        encoder = build_encoder_in_context(
-            enc_cfg.pop("name"),
-            dim=model_cfg["dim"],
-            num_heads=model_cfg["num_heads"],
-            options=enc_cfg,
-            context=context,
-        )
+        model_cfg = cfg["model"]
+        encoder = self.build_encoder(context)
         self.model = Forecaster(
             encoder,
             layout=model_cfg["layout"],
@@ -52,15 +45,6 @@ class ForecastTask(L.LightningModule):
                 for name, cls in (("mse", MeanSquaredError), ("mae", MeanAbsoluteError))
             }
         )
-        self.monitor = ("val/mse", "min")
-
-    @property
-    def encoder(self):
-        return self.model.encoder
-
-    @property
-    def backbone(self):
-        return self.model.backbone
 
     def forward(self, past: torch.Tensor, pos_past: Positions, pos_future: Positions) -> torch.Tensor:
         return self.model(past, pos_past, pos_future)
@@ -101,8 +85,3 @@ class ForecastTask(L.LightningModule):
         from poslab.callbacks import ForecastReport
 
         return [ForecastReport(cfg.eval)]
-
-    def configure_optimizers(self):
-        return adamw_one_cycle(
-            self, self.cfg["optim"], self.trainer.estimated_stepping_batches, no_decay_modules=(self.encoder,)
-        )

@@ -5,31 +5,22 @@ from __future__ import annotations
 import math
 from typing import Any
 
-import lightning as L
 import torch
 import torch.nn.functional as F
 from torchmetrics import MeanMetric
 
-from poslab.encoders import build_encoder_in_context
 from poslab.nn.lm import CausalLM
-from poslab.tasks.optim import adamw_one_cycle
+from poslab.tasks.base import PositionTask
 
 
-class LanguageModel(L.LightningModule):
+class LanguageModel(PositionTask):
     """``cfg`` is the resolved config as plain containers; ``vocab`` the characters (if any)."""
 
     def __init__(self, cfg: dict[str, Any], vocab_size: int, context: dict[str, Any], vocab: str | None = None) -> None:
-        super().__init__()
+        super().__init__(cfg)
         self.save_hyperparameters()
-        self.cfg = cfg
-        model_cfg, enc_cfg = cfg["model"], dict(cfg["encoder"])
-        encoder = build_encoder_in_context(
-            enc_cfg.pop("name"),
-            dim=model_cfg["dim"],
-            num_heads=model_cfg["num_heads"],
-            options=enc_cfg,
-            context=context,
-        )
+        model_cfg = cfg["model"]
+        encoder = self.build_encoder(context)
         self.model = CausalLM(
             encoder,
             vocab_size=vocab_size,
@@ -43,15 +34,6 @@ class LanguageModel(L.LightningModule):
         # Token-weighted mean loss per stage; bits/char and perplexity derive from it.
         self.val_loss = MeanMetric()
         self.test_loss = MeanMetric()
-        self.monitor = ("val/loss", "min")
-
-    @property
-    def encoder(self):
-        return self.model.backbone.encoder
-
-    @property
-    def backbone(self):
-        return self.model.backbone
 
     def forward(self, tokens, pos):
         return self.model(tokens, pos)
@@ -103,12 +85,6 @@ class LanguageModel(L.LightningModule):
         return {"loss": total / count}
 
     def report_callbacks(self, cfg) -> list:
-        """End-of-test reporters; ``cfg`` is this run's config (evaluation may differ from training)."""
         from poslab.callbacks import LengthGeneralization
 
         return [LengthGeneralization(cfg.eval)]
-
-    def configure_optimizers(self):
-        return adamw_one_cycle(
-            self, self.cfg["optim"], self.trainer.estimated_stepping_batches, no_decay_modules=(self.encoder,)
-        )

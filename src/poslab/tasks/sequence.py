@@ -19,11 +19,12 @@ def exact_match(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
 
 
 class SequenceTask(LanguageModel):
+    monitor = ("val/acc", "max")
+
     def __init__(self, cfg, vocab_size, context, vocab=None) -> None:
         super().__init__(cfg, vocab_size, context, vocab)
         self.val_acc = MeanMetric()
         self.test_acc = MeanMetric()
-        self.monitor = ("val/acc", "max")
 
     def _eval_step(self, batch, stage: str, metric: MeanMetric) -> None:
         logits = self(batch["tokens"], batch["pos"])

@@ -1,0 +1,46 @@
+"""What every task shares: the encoder built from the config, the optimiser, the hooks callers use."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import lightning as L
+
+from poslab.encoders import PositionEncoder, build_encoder_in_context
+from poslab.tasks.optim import adamw_one_cycle
+
+
+class PositionTask(L.LightningModule):
+    """Base of the tasks. Subclasses call ``save_hyperparameters()`` (it records *their*
+    arguments), set ``self.model`` (whose ``.backbone`` owns the encoder) and ``monitor``."""
+
+    monitor: tuple[str, str] = ("val/loss", "min")  # what the best checkpoint is chosen by
+
+    def __init__(self, cfg: dict[str, Any]) -> None:
+        super().__init__()
+        self.cfg = cfg
+
+    def build_encoder(self, context: dict[str, Any]) -> PositionEncoder:
+        """``cfg.encoder`` with the options the data knows (``context``) filled in."""
+        options = dict(self.cfg["encoder"])
+        model = self.cfg["model"]
+        return build_encoder_in_context(
+            options.pop("name"), dim=model["dim"], num_heads=model["num_heads"], options=options, context=context
+        )
+
+    @property
+    def backbone(self):
+        return self.model.backbone
+
+    @property
+    def encoder(self) -> PositionEncoder:
+        return self.backbone.encoder
+
+    def report_callbacks(self, cfg) -> list:
+        """End-of-test reporters; ``cfg`` is this run's config (evaluation may differ from training)."""
+        return []
+
+    def configure_optimizers(self):
+        return adamw_one_cycle(
+            self, self.cfg["optim"], self.trainer.estimated_stepping_batches, no_decay_modules=(self.encoder,)
+        )
