@@ -17,6 +17,7 @@ from poslab.positions import Positions
 
 _CPU_FLASH = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
 _CPU_FLASH_BACKWARD = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu_backward", None)
+_BIAS_GRAD_BLOCK = 256  # query rows per block of the bias gradient (only keys up to the block's end count)
 
 
 class _CausalFlashWithLearnedBias(torch.autograd.Function):
@@ -26,7 +27,8 @@ class _CausalFlashWithLearnedBias(torch.autograd.Function):
     materialises and saves the ``[B, H, L, L]`` attention of every layer. Here
     the forward and the q/k/v gradients stay in the flash kernel; the bias
     gradient Σ_b dS_b, dS = P ⊙ (dP − rowsum(dO ⊙ O)) (the softmax backward),
-    is recomputed one batch element at a time from the saved log-sum-exp.
+    is recomputed one batch element and one block of query rows at a time from
+    the saved log-sum-exp, skipping the blocks above the diagonal.
     """
 
     @staticmethod
@@ -41,15 +43,21 @@ class _CausalFlashWithLearnedBias(torch.autograd.Function):
         grad_out = grad_out.contiguous()
         dq, dk, dv = _CPU_FLASH_BACKWARD(grad_out, q, k, v, out, lse, 0.0, True, attn_mask=bias)
         scale = q.shape[-1] ** -0.5
-        length_q, length_k = q.shape[-2], k.shape[-2]
-        future = torch.ones(length_q, length_k, dtype=torch.bool, device=q.device).triu(1)
-        delta = (grad_out * out).sum(-1, keepdim=True)  # [B, H, L, 1]
+        delta = (grad_out * out).sum(-1, keepdim=True).float()  # [B, H, L, 1]
         dbias = torch.zeros(bias.shape, dtype=torch.float32, device=bias.device)
+        length, block = q.shape[-2], _BIAS_GRAD_BLOCK
         for b in range(q.shape[0]):
-            scores = torch.matmul(q[b], k[b].transpose(-1, -2)) * scale + bias[b if bias.shape[0] > 1 else 0]
-            probs = torch.exp(scores.float() - lse[b].unsqueeze(-1)).masked_fill_(future, 0.0)
-            dprobs = torch.matmul(grad_out[b], v[b].transpose(-1, -2)).float()
-            dbias[b if bias.shape[0] > 1 else 0] += probs * (dprobs - delta[b].float())
+            target = dbias[b if bias.shape[0] > 1 else 0]
+            source = bias[b if bias.shape[0] > 1 else 0]
+            for start in range(0, length, block):  # causal: rows start..end see keys 0..end only
+                end = min(start + block, length)
+                rows = slice(start, end)
+                scores = torch.matmul(q[b, :, rows], k[b, :, :end].transpose(-1, -2)).float()
+                scores.mul_(scale).add_(source[:, rows, :end]).sub_(lse[b, :, rows, None]).exp_()
+                future = torch.ones(end - start, end, dtype=torch.bool, device=q.device).triu(start + 1)
+                probs = scores.masked_fill_(future, 0.0)
+                dprobs = torch.matmul(grad_out[b, :, rows], v[b, :, :end].transpose(-1, -2)).float()
+                target[:, rows, :end] += dprobs.sub_(delta[b, :, rows]).mul_(probs)
         return dq, dk, dv, dbias.to(bias.dtype)
 
 
