@@ -6,12 +6,17 @@ MODALITY ?= vision
 ENCODER  ?=
 ARGS     ?=
 CKPT     ?=
+ENCODERS ?=
+SEEDS    ?= 3
+comma    := ,
+empty    :=
+space    := $(empty) $(empty)
 # pytest exits 5 when it collects nothing: treat that as a failure, never as green.
 PYTEST    = $(BIN)/python -m pytest
 RUN_PYTEST = rc=0; $(PYTEST) $(1) || rc=$$?; if [ $$rc -eq 5 ]; then echo "pytest collected no tests" >&2; exit 1; fi; exit $$rc
 
 .DEFAULT_GOAL := help
-.PHONY: help install test test-slow test-all lint train eval bench clean
+.PHONY: help install test test-slow test-all lint train eval compare report bench clean
 
 help: ## list targets, modalities and encoders
 	@echo "poslab — position encoders compared on text, image patches and time series"
@@ -19,7 +24,7 @@ help: ## list targets, modalities and encoders
 	@echo "targets:"
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
 	@echo
-	@echo "variables: MODALITY=$(MODALITY) ENCODER=<name> ARGS=\"key=value ...\" CKPT=<path>"
+	@echo "variables: MODALITY=$(MODALITY) ENCODER=<name> ENCODERS=\"a b\" SEEDS=$(SEEDS) ARGS=\"key=value ...\" CKPT=<path>"
 	@echo
 	@if [ -x $(BIN)/poslab ]; then echo "modalities and encoders (hooks they use):"; $(BIN)/poslab list | sed 's/^/  /'; \
 	else echo "(run 'make install' to list modalities and encoders)"; fi
@@ -49,6 +54,12 @@ train: ## train one model: MODALITY=vision ENCODER=rope2d ARGS="seed=1 trainer.m
 eval: ## re-evaluate a checkpoint: CKPT=runs/vision/<run>/checkpoints/best.ckpt ARGS="data.image_size=56"
 	@if [ -z "$(CKPT)" ]; then echo "make eval needs CKPT=<path to a .ckpt>" >&2; exit 2; fi
 	$(BIN)/poslab eval ckpt=$(CKPT) $(ARGS)
+
+compare: ## every encoder x SEEDS, then a report: MODALITY=text ENCODERS="alibi rope" SEEDS=3 ARGS="experiment=..."
+	$(BIN)/poslab compare modality=$(MODALITY) $(if $(ENCODERS),encoders=[$(subst $(space),$(comma),$(strip $(ENCODERS)))]) seeds=$(SEEDS) $(ARGS)
+
+report: ## Markdown + PNG report from the runs' summary.json files (DIRS="runs/text")
+	$(BIN)/poslab report $(or $(DIRS),runs)
 
 bench: ## step time and peak memory of every 1D encoder vs none at L=1024 (ARGS="--length 2048")
 	$(BIN)/poslab bench $(ARGS)

@@ -21,6 +21,8 @@ examples:
   poslab train --print-config encoder=learned2d  show the resolved config and exit
   poslab eval ckpt=runs/vision/<run>/checkpoints/best.ckpt data.image_size=56 data.coords=raw
   poslab train modality=text encoder=alibi       text: length generalisation at 1x..8x the context
+  poslab compare modality=vision seeds=3         every vision encoder x 3 seeds, then a report
+  poslab report runs/text                        Markdown + PNG report from summary.json files
   poslab list                                    modalities and their encoders
   poslab bench --length 1024                     encoder step time / memory vs none
 """
@@ -33,12 +35,19 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    sub = parser.add_subparsers(dest="command", metavar="{train,eval,list,bench}")
+    sub = parser.add_subparsers(dest="command", metavar="{train,eval,compare,report,list,bench}")
     train = sub.add_parser("train", help="train one model (key=value overrides)")
     train.add_argument("overrides", nargs="*", metavar="key=value")
     train.add_argument("--print-config", action="store_true", help="print the resolved config and exit")
     evaluate = sub.add_parser("eval", help="re-evaluate a checkpoint: ckpt=PATH [key=value ...]")
     evaluate.add_argument("overrides", nargs="*", metavar="key=value")
+    comparing = sub.add_parser(
+        "compare", help="every encoder x seeds, then a report: modality=M [encoders=[a,b]] [seeds=3] [key=value ...]"
+    )
+    comparing.add_argument("overrides", nargs="*", metavar="key=value")
+    reporting = sub.add_parser("report", help="a Markdown + PNG report from the summary.json files under DIRs")
+    reporting.add_argument("dirs", nargs="*", default=["runs"])
+    reporting.add_argument("--out", default="reports", help="where reports go (default: reports/)")
     listing = sub.add_parser("list", help="list modalities and the encoders that fit each")
     listing.add_argument("modality", nargs="?")
     bench = sub.add_parser("bench", help="time and memory of each 1D encoder against none (--length, --batch, ...)")
@@ -53,7 +62,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 0
     try:
-        return {"train": _train, "eval": _eval, "list": _list, "bench": _bench}[args.command](args)
+        commands = {"train": _train, "eval": _eval, "compare": _compare, "report": _report_cmd}
+        commands |= {"list": _list, "bench": _bench}
+        return commands[args.command](args)
     except PoslabError as exc:
         print(f"poslab: error: {exc}", file=sys.stderr)
         return 2
@@ -82,6 +93,34 @@ def _eval(args: argparse.Namespace) -> int:
     from poslab.train import evaluate
 
     _report(evaluate(ckpts[0].split("=", 1)[1], [o for o in args.overrides if o not in ckpts]))
+    return 0
+
+
+def _compare(args: argparse.Namespace) -> int:
+    from omegaconf import OmegaConf
+
+    from poslab.compare import compare
+
+    special, overrides = {}, []
+    for item in args.overrides:
+        key, _, value = item.partition("=")
+        if key in ("modality", "encoders", "seeds"):
+            special[key] = OmegaConf.to_container(OmegaConf.from_dotlist([f"_={value}"]))["_"]
+        else:
+            overrides.append(item)
+    if "modality" not in special:
+        raise PoslabError("poslab compare needs modality=<name>")
+    encoders = special.get("encoders")
+    if isinstance(encoders, str):
+        encoders = [encoders]
+    result = compare(special["modality"], encoders, int(special.get("seeds", 3)), overrides)
+    return 1 if any(o.status == "failed" for o in result["outcomes"]) else 0
+
+
+def _report_cmd(args: argparse.Namespace) -> int:
+    from poslab.report import build_report
+
+    print(build_report(args.dirs, args.out))
     return 0
 
 

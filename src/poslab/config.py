@@ -306,3 +306,21 @@ def _plain(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [_plain(v) for v in value]
     return value
+
+
+#: Keys that do not change what a run computes (where it writes, how it logs, how it shows progress).
+NOT_HASHED = ("run", "logger", "trainer.enable_progress_bar", "eval.ckpt")
+
+
+def config_hash(cfg: dict, ignore: tuple[str, ...] = ()) -> str:
+    """A short stable hash of what a run computes: equal configs, equal hashes."""
+    import hashlib
+    import json
+
+    plain = json.loads(json.dumps(cfg))  # a deep copy of plain containers
+    for dotted in (*NOT_HASHED, *ignore):
+        node, *path = dotted.split(".")
+        parent, key = (plain, node) if not path else (plain.get(node, {}), path[-1])
+        if isinstance(parent, dict):
+            parent.pop(key, None)
+    return hashlib.sha256(json.dumps(plain, sort_keys=True).encode()).hexdigest()[:10]

@@ -1,0 +1,158 @@
+"""``poslab compare``: every encoder that fits a modality, over several seeds, then a report.
+
+Runs the grid one run after another in this process, each a normal
+:func:`poslab.train.train` with its own finished W&B run (tagged with the
+comparison id, grouped per encoder). A run is named after its encoder, seed
+and config hash, so a rerun skips every run whose ``summary.json`` already
+exists for the same config, and a changed config trains again. A failing run
+is reported and the rest continue. At the end: the Markdown report
+(:mod:`poslab.report`) and one W&B run (``job_type=report``) holding the
+comparison table and the overlay charts.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from poslab.config import compose, config_hash, to_dict
+from poslab.errors import ConfigError
+
+
+@dataclass
+class Outcome:
+    encoder: str
+    seed: int
+    run_dir: Path
+    status: str  # trained | skipped | failed
+    seconds: float = 0.0
+    error: str | None = None
+    metrics: dict[str, float] = field(default_factory=dict)
+
+
+def plan(modality: str, encoders: list[str] | None, seeds: int, overrides: list[str]) -> list[tuple[str, int, Any]]:
+    """(encoder, seed, composed config) for every run of the grid, named by config hash."""
+    from poslab.encoders import available_encoders
+
+    names = encoders or available_encoders(modality)
+    if seeds < 1:
+        raise ConfigError(f"seeds must be at least 1, got {seeds}")
+    grid = []
+    for encoder in names:
+        for seed in range(seeds):
+            cfg = compose([f"modality={modality}", f"encoder={encoder}", f"seed={seed}", *overrides])
+            cfg.run.name = f"{encoder}-s{seed}-{config_hash(to_dict(cfg))}"
+            grid.append((encoder, seed, cfg))
+    return grid
+
+
+def compare(
+    modality: str,
+    encoders: list[str] | None = None,
+    seeds: int = 3,
+    overrides: list[str] | tuple[str, ...] = (),
+    reports: str | Path = "reports",
+    echo=print,
+) -> dict[str, Any]:
+    """Run (or resume) the grid; returns the outcomes, the report path and the comparison id."""
+    from poslab.train import train
+
+    compare_id = f"{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
+    grid = plan(modality, encoders, seeds, list(overrides))
+    outcomes: list[Outcome] = []
+    started = time.perf_counter()
+    for index, (encoder, seed, cfg) in enumerate(grid, start=1):
+        run_dir = Path(cfg.run.root) / cfg.modality / cfg.run.name
+        head = f"[{index}/{len(grid)}] {encoder} seed {seed}"
+        if (run_dir / "summary.json").exists():
+            outcomes.append(Outcome(encoder, seed, run_dir, "skipped"))
+            echo(f"{head}: already done ({run_dir}), skipped")
+            continue
+        cfg.logger.tags = [*cfg.logger.tags, f"compare:{compare_id}"]
+        start = time.perf_counter()
+        try:
+            summary = train(cfg)
+            outcome = Outcome(
+                encoder, seed, run_dir, "trained", time.perf_counter() - start, metrics=summary["metrics"]
+            )
+        except Exception as exc:  # a failing run is reported; the others go on
+            message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            outcome = Outcome(encoder, seed, run_dir, "failed", time.perf_counter() - start, error=message)
+            traceback.print_exc()
+        outcomes.append(outcome)
+        trained = [o for o in outcomes if o.status != "skipped"]
+        per_run = sum(o.seconds for o in trained) / len(trained)
+        eta = per_run * (len(grid) - index)
+        result = f"failed: {outcome.error}" if outcome.error else f"{outcome.seconds:.0f} s"
+        echo(f"{head}: {result} | elapsed {time.perf_counter() - started:.0f} s, ETA {eta:.0f} s")
+    run_dirs = [o.run_dir for o in outcomes if (o.run_dir / "summary.json").exists()]
+    report = None
+    if run_dirs:
+        from poslab.report import build_report
+
+        report = build_report(run_dirs, reports, title=f"{modality}: comparison {compare_id}")
+        echo(f"report: {report}")
+        log_report_run(grid[0][2], compare_id, run_dirs, echo)
+    failed = [o for o in outcomes if o.status == "failed"]
+    if failed:
+        echo(f"{len(failed)} run(s) failed: " + "; ".join(f"{o.encoder} seed {o.seed}: {o.error}" for o in failed))
+    return {"id": compare_id, "outcomes": outcomes, "report": report}
+
+
+def log_report_run(cfg, compare_id: str, run_dirs: list[Path], echo=print) -> str | None:
+    """One W&B run (``job_type=report``) with the comparison table and overlay charts."""
+    if cfg.logger.name != "wandb":
+        return None
+    import wandb
+
+    from poslab.loggers import resolve_wandb_mode
+    from poslab.report import curves, find_summaries, group_runs, metric_columns
+
+    mode = resolve_wandb_mode(cfg.logger.mode)
+    if mode == "disabled":
+        return None
+    groups = group_runs(find_summaries(run_dirs))
+    columns = metric_columns(groups)
+    run = wandb.init(
+        project=cfg.logger.project,
+        entity=cfg.logger.entity,
+        job_type="report",
+        group=f"compare-{compare_id}",
+        name=f"report-{cfg.modality}-{compare_id}",
+        tags=[f"compare:{compare_id}", cfg.modality, "report"],
+        dir=str(Path(cfg.run.root)),
+        mode=mode,
+        config={"modality": cfg.modality, "compare_id": compare_id, "runs": len(run_dirs)},
+    )
+    rows = []
+    for g in groups:
+        for c in columns:
+            s = g.stat(c)
+            if s is not None:
+                rows.append([g.label, c, s.mean, s.std, s.n])
+    run.log({"compare/table": wandb.Table(columns=["encoder", "metric", "mean", "std", "n"], data=rows)})
+    for prefix in ("lengen/loss", "lengen/acc"):
+        data = curves(groups, prefix)
+        if data:
+            names = [n for n in data if "base" in data[n]]
+            run.log(
+                {
+                    f"compare/{prefix.replace('/', '_')}_overlay": wandb.plot.line_series(
+                        xs=[list(data[n]["base"]) for n in names],
+                        ys=[list(data[n]["base"].values()) for n in names],
+                        keys=names,
+                        title=f"{prefix} vs length multiple",
+                        xname="multiple of the training context",
+                    )
+                }
+            )
+    directory = str(Path(run.dir).parent) if mode == "offline" else None
+    run.finish()
+    wandb.teardown()
+    if directory:
+        echo(f"W&B report run (offline): wandb sync {directory}")
+    return directory

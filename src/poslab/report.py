@@ -1,0 +1,216 @@
+"""``poslab report``: a Markdown report with PNG figures, built only from ``summary.json`` files.
+
+Works offline and after the fact: point it at run directories (or a folder
+holding many) and it groups the finished training runs by (modality,
+experiment, encoder), aggregates each metric over seeds as mean ± std (n),
+and draws the curves the modality has: loss against evaluation length for
+text (one line per encoder, and the RoPE extensions), MSE against horizon
+bucket for time series.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+import time
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+#: The headline metrics of each modality, in report order (others follow when present).
+HEADLINE = {
+    "vision": ["test/acc", "val/acc_best", "test/loss"],
+    "text": [
+        "val/loss",
+        "test/loss",
+        "test/acc",
+        "lengen/loss@1x",
+        "lengen/loss@2x",
+        "lengen/loss@4x",
+        "lengen/loss@8x",
+        "lengen/acc@1x",
+        "lengen/acc@8x",
+    ],
+    "timeseries": [
+        "test/mse",
+        "test/mae",
+        "baseline/linear_mse",
+        "baseline/seasonal_naive_week_mse",
+        "probe/irregular_mse",
+        "extrap/mse@2xH",
+        "extrap/mse@2xL",
+    ],
+}
+
+
+@dataclass(frozen=True)
+class Stat:
+    mean: float
+    std: float
+    n: int
+
+    def __str__(self) -> str:
+        return f"{self.mean:.4f} ± {self.std:.4f} (n={self.n})" if self.n > 1 else f"{self.mean:.4f} (n=1)"
+
+
+def aggregate(values: Sequence[float]) -> Stat | None:
+    """Mean ± sample standard deviation over seeds (0 for a single run); None when empty."""
+    values = [v for v in values if v is not None and not math.isnan(v)]
+    if not values:
+        return None
+    return Stat(statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else 0.0, len(values))
+
+
+@dataclass
+class Group:
+    """Runs that differ only in their seed."""
+
+    modality: str
+    experiment: str | None
+    encoder: str
+    config: str  # config_hash without the seed
+    runs: list[dict] = field(default_factory=list)
+    label: str = ""
+
+    def stat(self, key: str) -> Stat | None:
+        return aggregate([r["metrics"].get(key) for r in self.runs if key in r["metrics"]])
+
+    def mean_of(self, key: str) -> float | None:
+        """Mean of a top-level summary field (``num_params``, ``wall_time_s``)."""
+        values = [r.get(key) for r in self.runs if r.get(key) is not None]
+        return statistics.fmean(values) if values else None
+
+
+def find_summaries(paths: Iterable[str | Path]) -> list[dict]:
+    """Every training ``summary.json`` under ``paths`` (evaluation runs are left out)."""
+    found = []
+    for root in paths:
+        root = Path(root)
+        files = [root] if root.is_file() else sorted(root.rglob("summary.json"))
+        for path in files:
+            try:
+                summary = json.loads(path.read_text())
+            except (OSError, json.JSONDecodeError):
+                continue
+            if summary.get("kind") == "train":
+                summary["_path"] = str(path)
+                found.append(summary)
+    return found
+
+
+def group_runs(summaries: Iterable[dict]) -> list[Group]:
+    """Group by (modality, experiment, encoder, config without seed); label clashing encoders by config."""
+    from poslab.config import config_hash
+
+    groups: dict[tuple, Group] = {}
+    for s in summaries:
+        key = (s["modality"], s["config"].get("experiment"), s["encoder"], config_hash(s["config"], ("seed",)))
+        groups.setdefault(key, Group(*key)).runs.append(s)
+    ordered = [groups[k] for k in sorted(groups, key=lambda k: (k[0], str(k[1]), k[2], k[3]))]
+    for g in ordered:
+        twins = [o for o in ordered if (o.modality, o.experiment, o.encoder) == (g.modality, g.experiment, g.encoder)]
+        g.label = g.encoder if len(twins) == 1 else f"{g.encoder} [{g.config[:6]}]"
+    return ordered
+
+
+def metric_columns(groups: Sequence[Group]) -> list[str]:
+    """Headline metrics first, then the other final metrics every group reports."""
+    modality = groups[0].modality
+    present = {k for g in groups for r in g.runs for k in r["metrics"]}
+    headline = [k for k in HEADLINE.get(modality, []) if k in present]
+    return headline
+
+
+def table(groups: Sequence[Group], columns: Sequence[str]) -> str:
+    """Encoder x metric, mean ± std (n), plus parameter count and median step time."""
+    lines = [
+        "| encoder | " + " | ".join(f"`{c}`" for c in columns) + " | params | ms / step |",
+        "|---" * (len(columns) + 3) + "|",
+    ]
+    for g in groups:
+        cells = [str(s) if (s := g.stat(c)) is not None else "—" for c in columns]
+        params = g.mean_of("num_params")
+        step = g.stat("perf/train_step_ms")
+        cells.append(f"{int(params):,}" if params is not None else "—")
+        cells.append(f"{step.mean:.1f}" if step else "—")
+        lines.append(f"| `{g.label}` | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def curves(groups: Sequence[Group], prefix: str) -> dict[str, dict[str, dict[int, float]]]:
+    """encoder -> variant -> multiple -> mean over seeds, from ``<prefix>@<m>x[/<variant>]`` keys."""
+    out: dict[str, dict[str, dict[int, list[float]]]] = {}
+    for g in groups:
+        series: dict[str, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
+        for r in g.runs:
+            for key, value in r["metrics"].items():
+                if not key.startswith(prefix + "@"):
+                    continue
+                rest = key[len(prefix) + 1 :]
+                multiple, _, variant = rest.partition("x")
+                variant = variant.lstrip("/") or "base"
+                if multiple.isdigit():
+                    series[variant][int(multiple)].append(value)
+        if series:
+            out[g.label] = {
+                v: {m: statistics.fmean(vals) for m, vals in sorted(ms.items())} for v, ms in series.items()
+            }
+    return out
+
+
+def length_curves_figure(data: dict, metric: str, title: str, variant: str = "base"):
+    from poslab import plots
+
+    fig, ax = plots.plt.subplots(figsize=(6.4, 4.0))
+    for encoder, variants in data.items():
+        points = variants.get(variant)
+        if points:
+            ax.plot(list(points), list(points.values()), marker="o", label=encoder)
+    ax.set_xscale("log", base=2)
+    ax.set(xlabel="evaluation length (multiple of the training context)", ylabel=metric, title=title)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def build_report(paths: Iterable[str | Path], out_root: str | Path = "reports", title: str | None = None) -> Path:
+    """Write ``<out_root>/<modality>-<timestamp>/report.md`` (+ PNGs); returns the Markdown path."""
+    from poslab import plots
+
+    summaries = find_summaries(paths)
+    if not summaries:
+        from poslab.errors import PoslabError
+
+        raise PoslabError(
+            f"no finished training runs (summary.json with kind=train) under {', '.join(map(str, paths))}"
+        )
+    groups = group_runs(summaries)
+    modalities = sorted({g.modality for g in groups})
+    out = Path(out_root) / f"{'+'.join(modalities)}-{time.strftime('%Y%m%d-%H%M%S')}"
+    out.mkdir(parents=True, exist_ok=True)
+    lines = [
+        f"# {title or 'poslab comparison'}",
+        "",
+        f"Built {time.strftime('%Y-%m-%d %H:%M')} from {len(summaries)} runs.",
+        "",
+    ]
+    for modality in modalities:
+        mgroups = [g for g in groups if g.modality == modality]
+        for experiment in sorted({g.experiment for g in mgroups}, key=str):
+            egroups = [g for g in mgroups if g.experiment == experiment]
+            lines += [f"## {modality}" + (f" — experiment `{experiment}`" if experiment else ""), ""]
+            columns = metric_columns(egroups)
+            lines += [table(egroups, columns), "", "mean ± standard deviation over seeds; — = not reported.", ""]
+            for prefix, label in (("lengen/loss", "loss"), ("lengen/acc", "accuracy")):
+                data = curves(egroups, prefix)
+                if data:
+                    name = f"{modality}-{experiment or 'default'}-{prefix.replace('/', '_')}.png"
+                    fig = length_curves_figure(data, label, f"{label} vs evaluation length")
+                    plots.save_figure(fig, out / name)
+                    plots.close(fig)
+                    lines += [f"![{label} vs length]({name})", ""]
+    path = out / "report.md"
+    path.write_text("\n".join(lines) + "\n")
+    return path

@@ -1,0 +1,105 @@
+"""Reports from hand-made summary.json files; compare: grid, resumption, end to end."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from poslab.compare import compare, plan
+from poslab.config import compose, config_hash, to_dict
+from poslab.errors import PoslabError
+from poslab.report import aggregate, build_report, curves, find_summaries, group_runs
+
+
+def fake_summary(root: Path, encoder: str, seed: int, metrics: dict, lr: float = 1e-3) -> Path:
+    cfg = to_dict(compose(["modality=text", f"encoder={encoder}", f"seed={seed}", f"optim.lr={lr}"]))
+    run = root / "text" / f"{encoder}-s{seed}-{lr}"
+    run.mkdir(parents=True)
+    payload = {"kind": "train", "modality": "text", "encoder": encoder, "seed": seed, "config": cfg}
+    payload |= {"metrics": metrics, "num_params": 1000, "run_dir": str(run)}
+    (run / "summary.json").write_text(json.dumps(payload))
+    return run
+
+
+def test_mean_and_std_over_seeds_are_exact():
+    stat = aggregate([1.0, 2.0, 4.0])
+    assert stat.mean == pytest.approx(7 / 3) and stat.std == pytest.approx(1.5275252316519468) and stat.n == 3
+    assert aggregate([]) is None and aggregate([2.0]).std == 0.0
+
+
+def test_report_tables_curves_and_missing_metrics(tmp_path):
+    runs = tmp_path / "runs"
+    for seed, loss in ((0, 1.5), (1, 1.7)):
+        fake_summary(runs, "alibi", seed, {"val/loss": loss, "lengen/loss@1x": loss, "lengen/loss@2x": loss - 0.1})
+    fake_summary(runs, "learned", 0, {"val/loss": 1.6, "lengen/loss@1x": 1.6})
+    fake_summary(runs, "learned", 0, {"val/loss": 9.9}, lr=3e-3)  # another config: its own group
+    eval_dir = runs / "text" / "alibi-s0-0.001" / "eval" / "x"
+    eval_dir.mkdir(parents=True)
+    (eval_dir / "summary.json").write_text(json.dumps({"kind": "eval"}))
+    summaries = find_summaries([runs])
+    assert len(summaries) == 4  # the evaluation run is not a training run
+    groups = group_runs(summaries)
+    labels = [g.label for g in groups]
+    assert labels[0] == "alibi" and len({lbl for lbl in labels if lbl.startswith("learned [")}) == 2
+    assert groups[0].stat("val/loss").mean == pytest.approx(1.6) and groups[0].stat("val/loss").n == 2
+    assert curves(groups[:1], "lengen/loss") == {"alibi": {"base": {1: pytest.approx(1.6), 2: pytest.approx(1.5)}}}
+    path = build_report([runs], tmp_path / "reports")
+    text = path.read_text()
+    assert "| `alibi` | 1.6000 ± 0.1414 (n=2) |" in text
+    learned_row = next(line for line in text.splitlines() if line.startswith("| `learned [") and "1.6000" in line)
+    assert "| — |" in learned_row  # no 2x value: shown as missing
+    assert list(path.parent.glob("*.png"))
+
+
+def test_report_without_runs_is_a_clear_error(tmp_path):
+    with pytest.raises(PoslabError, match="no finished training runs"):
+        build_report([tmp_path], tmp_path / "reports")
+
+
+def test_grid_names_runs_by_config_hash(tmp_path):
+    grid = plan("vision", ["none", "sincos2d"], 2, [f"run.root={tmp_path}"])
+    assert [(e, s) for e, s, _ in grid] == [("none", 0), ("none", 1), ("sincos2d", 0), ("sincos2d", 1)]
+    _, _, cfg = grid[0]
+    assert (
+        cfg.run.name == f"none-s0-{config_hash(to_dict(compose(['encoder=none', 'seed=0', f'run.root={tmp_path}'])))}"
+    )
+    changed = plan("vision", ["none"], 1, [f"run.root={tmp_path}", "optim.lr=1e-2"])[0][2]
+    assert changed.run.name != cfg.run.name
+    same_but_logged_elsewhere = plan("vision", ["none"], 1, [f"run.root={tmp_path}", "logger=csv"])[0][2]
+    assert same_but_logged_elsewhere.run.name == cfg.run.name
+
+
+def test_compare_end_to_end_resumes_and_logs_a_report_run(tiny, tmp_path):
+    overrides = [o for o in tiny if not o.startswith("logger=")] + ["logger=wandb", "logger.mode=offline"]
+    lines: list[str] = []
+    first = compare("vision", ["none", "sincos2d"], 1, overrides, tmp_path / "reports", echo=lines.append)
+    assert [o.status for o in first["outcomes"]] == ["trained", "trained"]
+    assert any(line.startswith("[2/2] sincos2d seed 0:") and "ETA" in line for line in lines)
+    assert first["report"].exists()
+    assert any("W&B report run (offline): wandb sync" in line for line in lines)
+    runs_root = Path(next(o for o in tiny if o.startswith("run.root=")).split("=", 1)[1])
+    report_runs = list(runs_root.glob("wandb/offline-run-*"))
+    assert len(report_runs) == 1 and list(report_runs[0].glob("files/media/table/**/*.table.json"))
+    again = compare("vision", ["none", "sincos2d"], 1, overrides, tmp_path / "reports", echo=lines.append)
+    assert [o.status for o in again["outcomes"]] == ["skipped", "skipped"]
+    changed = compare("vision", ["none"], 1, [*overrides, "optim.lr=1e-2"], tmp_path / "reports", echo=lines.append)
+    assert [o.status for o in changed["outcomes"]] == ["trained"]
+
+
+def test_a_failing_run_is_reported_and_the_rest_continue(tiny, tmp_path, monkeypatch):
+    import poslab.train as train_module
+
+    real = train_module.train
+
+    def flaky(cfg):
+        if cfg.encoder.name == "none":
+            raise RuntimeError("boom")
+        return real(cfg)
+
+    monkeypatch.setattr(train_module, "train", flaky)
+    lines: list[str] = []
+    result = compare("vision", ["none", "sincos2d"], 1, tiny, tmp_path / "reports", echo=lines.append)
+    assert [o.status for o in result["outcomes"]] == ["failed", "trained"]
+    assert any("1 run(s) failed: none seed 0: boom" in line for line in lines)
