@@ -241,3 +241,40 @@ class ForecastReport(Reporter):
         self.add_table(trainer, "test/mse_by_weekday_hour", ["weekday", "hour", "mse"], rows)
         title = f"{pl_module.encoder.name}: test MSE by weekday and hour of the target"
         self.add_figure(trainer, "test/mse_by_weekday_hour", plots.weekday_hour_heatmap(grid, names, title))
+
+
+class ResolutionReport(Reporter):
+    """After testing a vision model: test accuracy at other image sizes, raw and rescaled coordinates."""
+
+    def __init__(self, cfg) -> None:
+        super().__init__()
+        self.data_cfg = cfg.data
+        self.sizes = list(cfg.eval.image_sizes)
+        self.notes: list[list[str]] = []
+
+    def on_test_end(self, trainer, pl_module) -> None:
+        if not self.sizes:
+            return
+        from omegaconf import OmegaConf
+
+        from poslab.data.vision import VisionDataModule
+        from poslab.errors import PoslabError
+
+        rows = []
+        for size in self.sizes:
+            for mode in ("raw", "rescaled"):
+                key = f"resolution/acc@{size}/{mode}"
+                data = OmegaConf.merge(self.data_cfg, {"image_size": size, "coords": mode})
+                dm = VisionDataModule(data, train_data=self.data_cfg)
+                dm.setup()
+                try:
+                    accuracy = pl_module.accuracy_on(dm.as_batch(b) for b in dm.test_dataloader())
+                except PoslabError as exc:  # a learned table has no rows for raw indices past it
+                    self.notes.append([key, str(exc)])
+                    rows.append([size, mode, None])
+                    continue
+                self.report["metrics"][key] = accuracy
+                rows.append([size, mode, accuracy])
+        self.add_table(trainer, "resolution/acc", ["image_size", "coords", "acc"], rows)
+        if self.notes:
+            self.add_table(trainer, "resolution/notes", ["metric", "why it is missing"], self.notes)

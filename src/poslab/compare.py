@@ -38,7 +38,10 @@ def plan(modality: str, encoders: list[str] | None, seeds: int, overrides: list[
     """(encoder, seed, composed config) for every run of the grid, named by config hash."""
     from poslab.encoders import available_encoders
 
-    names = encoders or available_encoders(modality)
+    if not encoders:
+        stated = compose([f"modality={modality}", *overrides]).compare_encoders
+        encoders = list(stated) or available_encoders(modality)
+    names = encoders
     if seeds < 1:
         raise ConfigError(f"seeds must be at least 1, got {seeds}")
     grid = []

@@ -139,6 +139,40 @@ def table(groups: Sequence[Group], columns: Sequence[str]) -> str:
     return "\n".join(lines)
 
 
+def group_means(group: Group) -> dict[str, float]:
+    keys = {k for r in group.runs for k in r["metrics"]}
+    return {k: s.mean for k in keys if (s := group.stat(k)) is not None}
+
+
+def check_expectations(groups: Sequence[Group]) -> list[tuple[str, str, bool | None, str]]:
+    """(expectation, encoder, held, detail) for the expectations the runs' config states."""
+    from poslab.expectations import Expectation
+
+    stated = next((g.runs[0]["config"].get("expect") for g in groups if g.runs[0]["config"].get("expect")), [])
+    means = {g.label: group_means(g) for g in groups}
+    rows = []
+    for text in stated:
+        expectation = Expectation.parse(text)
+        for g in groups:
+            if expectation.applies_to(g.encoder):
+                held, detail = expectation.check(means[g.label], means)
+                rows.append((text, g.label, held, detail))
+    return rows
+
+
+def expectation_section(groups: Sequence[Group]) -> list[str]:
+    rows = check_expectations(groups)
+    if not rows:
+        return []
+    verdicts = [held for *_, held, _ in rows]
+    overall = "held" if all(v is True for v in verdicts) else "did not hold" if False in verdicts else "incomplete"
+    lines = [f"**Expected outcome: {overall}.**", "", "| expectation | encoder | values | held |", "|---|---|---|---|"]
+    for text, label, held, detail in rows:
+        mark = {True: "yes", False: "**no**", None: "—"}[held]
+        lines.append(f"| `{text}` | `{label}` | {detail} | {mark} |")
+    return [*lines, ""]
+
+
 def curves(groups: Sequence[Group], prefix: str) -> dict[str, dict[str, dict[int, float]]]:
     """encoder -> variant -> multiple -> mean over seeds, from ``<prefix>@<m>x[/<variant>]`` keys."""
     out: dict[str, dict[str, dict[int, list[float]]]] = {}
@@ -203,6 +237,7 @@ def build_report(paths: Iterable[str | Path], out_root: str | Path = "reports", 
             lines += [f"## {modality}" + (f" — experiment `{experiment}`" if experiment else ""), ""]
             columns = metric_columns(egroups)
             lines += [table(egroups, columns), "", "mean ± standard deviation over seeds; — = not reported.", ""]
+            lines += expectation_section(egroups)
             for prefix, label in (("lengen/loss", "loss"), ("lengen/acc", "accuracy")):
                 data = curves(egroups, prefix)
                 if data:

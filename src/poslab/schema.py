@@ -87,6 +87,13 @@ class EvalConfig:
     ckpt: Optional[str] = MISSING
 
 
+@dataclass
+class VisionEvalConfig(EvalConfig):
+    """End-of-run resolution probe: test accuracy at these image sizes, raw and rescaled coordinates."""
+
+    image_sizes: list[int] = MISSING
+
+
 Extension = Literal[tuple(k for k in SCALINGS if k != "none")]  # type: ignore[valid-type]
 
 
@@ -123,6 +130,7 @@ class VisionDataConfig:
     test_size: int = MISSING
     split_seed: int = MISSING
     download: bool = MISSING
+    quadrant: bool = MISSING  # the quadrant task: digit in one quadrant of a 2x canvas, label = quadrant
     augment: AugmentConfig = field(default_factory=AugmentConfig)
 
 
@@ -236,7 +244,9 @@ class ModalitySchema:
 
 
 MODALITY_SCHEMAS: dict[str, ModalitySchema] = {
-    "vision": ModalitySchema(task=ClassificationTaskConfig, data=VisionDataConfig, model=ViTConfig),
+    "vision": ModalitySchema(
+        task=ClassificationTaskConfig, data=VisionDataConfig, model=ViTConfig, eval=VisionEvalConfig
+    ),
     "text": ModalitySchema(
         task=LMTaskConfig, data=TextDataConfig, model=TextModelConfig, eval=TextEvalConfig, check=check_text
     ),
@@ -296,6 +306,8 @@ def root_schema(modality: str, encoder: type) -> type:
             ("modality", str, MISSING),
             ("experiment", Optional[str], MISSING),
             ("seed", int, MISSING),
+            ("expect", list[str], field(default_factory=list)),
+            ("compare_encoders", list[str], field(default_factory=list)),
             ("task", parts.task, field(default_factory=parts.task)),
             ("encoder", encoder, field(default_factory=encoder)),
             ("data", parts.data, field(default_factory=parts.data)),

@@ -42,6 +42,31 @@ def patch_coordinates(
     return (coords + 0.5) * scale - 0.5
 
 
+QUADRANTS = ("top-left", "top-right", "bottom-left", "bottom-right")
+
+
+def native_size(cfg: Any) -> int:
+    """The dataset's image size; twice that for the quadrant task's canvas."""
+    return SOURCES[cfg["name"]].size * (2 if cfg["quadrant"] else 1)
+
+
+def place_in_quadrants(images: torch.Tensor, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The quadrant task: each image in one random quadrant of a blank canvas twice its size.
+
+    The label is the quadrant. Every canvas holds the same patches whichever
+    quadrant the digit is in, only in other places: without position
+    information the task is at chance.
+    """
+    n, c, h, w = images.shape
+    quadrant = torch.randint(0, 4, (n,), generator=torch.Generator().manual_seed(seed))
+    canvas = torch.zeros(n, c, 2 * h, 2 * w, dtype=images.dtype)
+    for q in range(4):
+        chosen = quadrant == q
+        row, col = divmod(q, 2)
+        canvas[chosen, :, row * h : (row + 1) * h, col * w : (col + 1) * w] = images[chosen]
+    return canvas, quadrant
+
+
 def random_affine(images: torch.Tensor, rotate: float, scale: float, translate: float) -> torch.Tensor:
     """One random rotation / scale / shift per image (bilinear, background-filled)."""
     n = images.shape[0]
@@ -72,11 +97,11 @@ class VisionDataModule(L.LightningDataModule):
         super().__init__()
         self.cfg = cfg
         self.source: ImageSource = SOURCES[cfg.name]
-        self.image_size = int(cfg.image_size or self.source.size)
+        self.image_size = int(cfg.image_size or native_size(cfg))
         if train_data is None:
             self.train_image_size = self.image_size
         else:
-            self.train_image_size = int(train_data["image_size"] or SOURCES[train_data["name"]].size)
+            self.train_image_size = int(train_data["image_size"] or native_size(train_data))
         self.grid = self._grid(self.image_size)
         self.train_grid = self._grid(self.train_image_size)
         self.coords = patch_coordinates(self.grid, self.train_grid, cfg.coords)
@@ -87,11 +112,11 @@ class VisionDataModule(L.LightningDataModule):
     # -- facts the model is built from --------------------------------------
     @property
     def num_classes(self) -> int:
-        return len(self.source.classes)
+        return len(self.class_names)
 
     @property
     def class_names(self) -> tuple[str, ...]:
-        return self.source.classes
+        return QUADRANTS if self.cfg.quadrant else self.source.classes
 
     @property
     def channels(self) -> int:
@@ -141,11 +166,14 @@ class VisionDataModule(L.LightningDataModule):
         if test_x is None:
             test_x, test_y = train_x[:n_test], train_y[:n_test]
         val = slice(n_test, n_test + n_val)
-        self.splits = {
-            "train": TensorDataset(train_x[n_test + n_val :], train_y[n_test + n_val :]),
-            "val": TensorDataset(train_x[val], train_y[val]),
-            "test": TensorDataset(test_x, test_y),
+        parts = {
+            "train": (train_x[n_test + n_val :], train_y[n_test + n_val :]),
+            "val": (train_x[val], train_y[val]),
+            "test": (test_x, test_y),
         }
+        if self.cfg.quadrant:
+            parts = {k: place_in_quadrants(x, self.cfg.split_seed + i) for i, (k, (x, _)) in enumerate(parts.items())}
+        self.splits = {k: TensorDataset(x, y) for k, (x, y) in parts.items()}
 
     def train_dataloader(self) -> DataLoader:
         return self._loader("train", self.cfg.batch_size, shuffle=True)
@@ -167,8 +195,10 @@ class VisionDataModule(L.LightningDataModule):
         )
 
     def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> dict[str, Any]:
+        return self.as_batch(batch, training=self.trainer is not None and self.trainer.training)
+
+    def as_batch(self, batch: Any, training: bool = False) -> dict[str, Any]:
         images, labels = batch
-        training = self.trainer is not None and self.trainer.training
         return {
             "image": self.prepare_images(images, augment=training),
             "label": labels,

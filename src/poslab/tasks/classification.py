@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
 import torch.nn.functional as F
 from torchmetrics.classification import MulticlassAccuracy
 
@@ -70,7 +71,20 @@ class ImageClassifier(PositionTask):
         self.per_class_accuracy = self.test_class_acc.compute().tolist()
         self.test_class_acc.reset()
 
-    def report_callbacks(self, cfg) -> list:
-        from poslab.callbacks import PerClassAccuracy
+    @torch.no_grad()
+    def accuracy_on(self, batches) -> float:
+        """Plain accuracy over an iterable of batches, in evaluation mode."""
+        was_training = self.training
+        self.eval()
+        right = total = 0
+        for batch in batches:
+            logits = self(batch["image"].to(self.device), batch["pos"].to(self.device))
+            right += (logits.argmax(-1).cpu() == batch["label"]).sum().item()
+            total += batch["label"].numel()
+        self.train(was_training)
+        return right / total
 
-        return [PerClassAccuracy()]
+    def report_callbacks(self, cfg) -> list:
+        from poslab.callbacks import PerClassAccuracy, ResolutionReport
+
+        return [PerClassAccuracy(), ResolutionReport(cfg)]

@@ -1,0 +1,74 @@
+"""Experiment configs, their stated expectations, the quadrant task and the resolution probe."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+from poslab.config import compose, config_dir
+from poslab.data.vision import VisionDataModule, place_in_quadrants
+from poslab.errors import ConfigError
+from poslab.expectations import Expectation
+from poslab.train import train
+
+EXPERIMENTS = sorted(p.stem for p in (config_dir() / "experiment").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("name", EXPERIMENTS)
+def test_every_experiment_composes_and_its_expectations_parse(name):
+    cfg = compose([f"experiment={name}"])
+    assert cfg.experiment == name
+    for text in cfg.expect:
+        Expectation.parse(text)
+
+
+def test_sweep_files_list_valid_encoders_and_call_poslab_train():
+    for path in (config_dir() / "sweep").glob("*.yaml"):
+        sweep = OmegaConf.to_container(OmegaConf.load(path))
+        assert sweep["command"] == ["poslab", "train", "${args_no_hyphens}"]
+        modality = sweep["parameters"]["modality"]["value"]
+        for encoder in sweep["parameters"]["encoder"]["values"]:
+            compose([f"modality={modality}", f"encoder={encoder}"])
+
+
+def test_expectations_check_numbers_ratios_and_other_encoders():
+    e = Expectation.parse("alibi: lengen/loss@4x <= 1.05 * lengen/loss@1x")
+    assert e.applies_to("alibi") and not e.applies_to("rope")
+    assert e.check({"lengen/loss@4x": 1.6, "lengen/loss@1x": 1.59})[0] is True
+    assert e.check({"lengen/loss@4x": 1.8, "lengen/loss@1x": 1.59})[0] is False
+    assert e.check({"lengen/loss@1x": 1.59}) == (None, "missing metric")
+    every_but_none = Expectation.parse("*-none: test/acc >= 0.95")
+    assert every_but_none.applies_to("rope2d") and not every_but_none.applies_to("none")
+    cross = Expectation.parse("cyclic: test/mse < rope:test/mse")
+    assert cross.check({"test/mse": 0.1}, {"rope": {"test/mse": 0.2}})[0] is True
+    with pytest.raises(ConfigError, match="is not"):
+        Expectation.parse("alibi loss is small")
+
+
+def test_quadrant_canvases_put_the_digit_in_the_labelled_quadrant():
+    digits = torch.ones(8, 1, 4, 4, dtype=torch.uint8)
+    canvas, quadrant = place_in_quadrants(digits, seed=0)
+    assert canvas.shape == (8, 1, 8, 8)
+    for image, q in zip(canvas, quadrant, strict=True):
+        row, col = divmod(int(q), 2)
+        assert image[0, row * 4 : row * 4 + 4, col * 4 : col * 4 + 4].all()
+        assert image.sum() == 16  # the rest is blank
+
+
+def test_quadrant_data_module_has_four_classes_on_a_double_canvas(data_root):
+    dm = VisionDataModule(compose(["experiment=quadrant", f"data.root={data_root}"]).data)
+    dm.setup()
+    assert dm.image_size == 56 and dm.grid == (8, 8) and dm.num_classes == 4
+    counts = torch.bincount(dm.splits["test"].tensors[1], minlength=4)
+    assert counts.min() > 80  # all quadrants, roughly balanced over 500 test images
+
+
+def test_resolution_probe_reports_raw_and_rescaled_accuracy(tiny):
+    summary = train(compose([*tiny, "encoder=learned2d", "eval.image_sizes=[56]"]))
+    metrics = summary["metrics"]
+    assert "resolution/acc@56/rescaled" in metrics and "resolution/acc@56/raw" not in metrics
+    notes = dict(summary["tables"]["resolution/notes"]["rows"])
+    assert "table is 4x4" in notes["resolution/acc@56/raw"]
+    rows = summary["tables"]["resolution/acc"]["rows"]
+    assert [r[:2] for r in rows] == [[56, "raw"], [56, "rescaled"]]
