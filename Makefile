@@ -61,7 +61,7 @@ compare: ## every encoder x SEEDS, then a report: MODALITY=text ENCODERS="alibi 
 report: ## Markdown + PNG report from the runs' summary.json files (DIRS="runs/text")
 	$(BIN)/poslab report $(or $(DIRS),runs)
 
-bench: ## step time and peak memory of every 1D encoder vs none at L=1024 (ARGS="--length 2048")
+bench: ## step time and peak memory of every 1D encoder vs none at L=256/1024/2048 -> reports/bench/results.json (ARGS="--lengths 4096")
 	$(BIN)/poslab bench $(ARGS)
 
 clean: ## remove runs, W&B files, reports and caches (keeps .venv and data/)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from poslab.bench import TARGETS, BenchConfig, peak_memory, peak_memory_child, time_steps
+import json
+
+from poslab.bench import RECORD_KEYS, TARGETS, BenchConfig, main, peak_memory, peak_memory_child, time_steps
 from poslab.encoders import available_encoders
 
 TINY = BenchConfig(length=32, batch=2, dim=32, depth=1, heads=2, rounds=1, steps=1)
@@ -21,3 +23,21 @@ def test_peak_memory_in_process_and_in_a_fresh_process():
 
 def test_targets_name_registered_encoders():
     assert set(TARGETS) <= set(available_encoders("text"))
+
+
+def test_bench_writes_one_record_per_length_and_encoder(tmp_path, capsys, monkeypatch):
+    import poslab.bench
+
+    monkeypatch.setattr(poslab.bench, "peak_memory", peak_memory_child)  # in-process: fast, same numbers' shape
+    out = tmp_path / "bench" / "results.json"
+    args = ["--lengths", "16", "24", "--batch", "1", "--dim", "16", "--depth", "1", "--heads", "2"]
+    assert main([*args, "--rounds", "1", "--steps", "1", "--out", str(out)]) == 0
+    records = json.loads(out.read_text())
+    names = available_encoders("text")
+    assert [(r["encoder"], r["seq_len"]) for r in records] == [
+        (n, length) for length in (16, 24) for n in ["none", *[e for e in names if e != "none"]]
+    ]
+    assert all(set(RECORD_KEYS) <= set(r) for r in records)
+    assert all(r["time_ratio"] == 1.0 and r["memory_ratio"] == 1.0 for r in records if r["encoder"] == "none")
+    assert all(r["ok"] is None for r in records)  # verdicts only at L=1024
+    assert "records:" in capsys.readouterr().out and not list(out.parent.glob("*.partial"))

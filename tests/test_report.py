@@ -7,10 +7,11 @@ from pathlib import Path
 
 import pytest
 
+from poslab import report_figures
 from poslab.compare import compare, plan
 from poslab.config import compose, config_hash, to_dict
 from poslab.errors import PoslabError
-from poslab.report import aggregate, build_report, curves, find_summaries, group_runs
+from poslab.report import aggregate, build_report, find_summaries, group_runs
 
 
 def fake_summary(root: Path, encoder: str, seed: int, metrics: dict, lr: float = 1e-3) -> Path:
@@ -44,13 +45,56 @@ def test_report_tables_curves_and_missing_metrics(tmp_path):
     labels = [g.label for g in groups]
     assert labels[0] == "alibi" and len({lbl for lbl in labels if lbl.startswith("learned [")}) == 2
     assert groups[0].stat("val/loss").mean == pytest.approx(1.6) and groups[0].stat("val/loss").n == 2
-    assert curves(groups[:1], "lengen/loss") == {"alibi": {"base": {1: pytest.approx(1.6), 2: pytest.approx(1.5)}}}
+    alibi_curve = report_figures.multiples(groups[0], "lengen/loss")
+    assert alibi_curve == {"base": {1: pytest.approx(1.6), 2: pytest.approx(1.5)}}
     path = build_report([runs], tmp_path / "reports")
     text = path.read_text()
     assert "| `alibi` | 1.6000 ± 0.1414 (n=2) |" in text
     learned_row = next(line for line in text.splitlines() if line.startswith("| `learned [") and "1.6000" in line)
     assert "| — |" in learned_row  # no 2x value: shown as missing
     assert list(path.parent.glob("*.png"))
+
+
+def fake_run(root: Path, modality: str, encoder: str, seed: int, metrics: dict, history: dict) -> None:
+    cfg = to_dict(compose([f"modality={modality}", f"encoder={encoder}", f"seed={seed}"]))
+    run = root / modality / f"{encoder}-s{seed}"
+    run.mkdir(parents=True)
+    payload = {"kind": "train", "modality": modality, "encoder": encoder, "seed": seed, "config": cfg}
+    payload |= {"metrics": metrics, "history": history, "num_params": 10, "run_dir": str(run)}
+    (run / "summary.json").write_text(json.dumps(payload))
+
+
+def test_report_draws_every_curve_the_runs_measured(tmp_path):
+    runs = tmp_path / "runs"
+    for seed in (0, 1):
+        curve = {"train/loss": [[10, 2.0], [20, 1.0 + seed]], "val/acc": [[20, 0.9]]}
+        for encoder in ("none", "rope2d"):
+            scores = {"test/acc": 0.9, "resolution/acc@56/raw": 0.2, "resolution/acc@56/rescaled": 0.8 + seed / 10}
+            fake_run(runs, "vision", encoder, seed, scores, curve)
+        fake_run(
+            runs, "text", "rope", seed, {"lengen/loss@1x": 1.7, "lengen/loss@2x": 2.5, "lengen/loss@2x/yarn": 1.8}, {}
+        )
+        forecast = {"test/mse": 0.1, "test/mse@h1-24": 0.05, "test/mse@h25-48": 0.15, "probe/irregular_mse": 0.3}
+        fake_run(runs, "timeseries", "cyclic", seed, forecast | {"extrap/mse@2xH": 0.2}, {"val/mse": [[5, 0.2]]})
+    path = build_report([runs], tmp_path / "reports")
+    pictures = sorted(p.name for p in path.parent.glob("*.png"))
+    assert pictures == [
+        "text-default-lengen_loss.png",
+        "text-default-rope_scaling.png",
+        "timeseries-default-forecast.png",
+        "timeseries-default-training.png",
+        "vision-default-resolution.png",
+        "vision-default-training.png",
+    ]
+    text = path.read_text()
+    assert "`resolution/acc@56/rescaled`" in text and "0.8500 ± 0.0707 (n=2)" in text
+    assert "![training curves](vision-default-training.png)" in text
+    vision = [g for g in group_runs(find_summaries([runs / "vision"])) if g.encoder == "none"][0]
+    assert report_figures.multiples(vision, "resolution/acc") == {}
+    text_group = group_runs(find_summaries([runs / "text"]))[0]
+    assert report_figures.multiples(text_group, "lengen/loss") == {"base": {1: 1.7, 2: 2.5}, "yarn": {2: 1.8}}
+    # training curves average the seeds at the steps every seed recorded
+    assert report_figures._mean_curve(vision.runs, "train/loss") == {10: 2.0, 20: 1.5}
 
 
 def test_report_without_runs_is_a_clear_error(tmp_path):
@@ -62,13 +106,32 @@ def test_grid_names_runs_by_config_hash(tmp_path):
     grid = plan("vision", ["none", "sincos2d"], 2, [f"run.root={tmp_path}"])
     assert [(e, s) for e, s, _ in grid] == [("none", 0), ("none", 1), ("sincos2d", 0), ("sincos2d", 1)]
     _, _, cfg = grid[0]
-    assert (
-        cfg.run.name == f"none-s0-{config_hash(to_dict(compose(['encoder=none', 'seed=0', f'run.root={tmp_path}'])))}"
-    )
+    expected = compose(["encoder=none", "seed=0", f"run.root={tmp_path}", "experiment=resolution"])
+    assert cfg.run.name == f"none-s0-{config_hash(to_dict(expected))}"
     changed = plan("vision", ["none"], 1, [f"run.root={tmp_path}", "optim.lr=1e-2"])[0][2]
     assert changed.run.name != cfg.run.name
     same_but_logged_elsewhere = plan("vision", ["none"], 1, [f"run.root={tmp_path}", "logger=csv"])[0][2]
     assert same_but_logged_elsewhere.run.name == cfg.run.name
+
+
+def test_compare_runs_the_modalitys_default_experiment_unless_one_is_given():
+    defaults = {m: plan(m, None, 1, [])[0][2] for m in ("vision", "text", "timeseries")}
+    assert {m: c.experiment for m, c in defaults.items()} == {
+        "vision": "resolution",
+        "text": "alibi_extrapolation",
+        "timeseries": "calendar",
+    }
+    assert sorted({e for e, _, _ in plan("text", None, 1, [])}) == ["alibi", "learned", "none", "rope", "sinusoidal"]
+    assert plan("vision", None, 1, ["experiment=quadrant"])[0][2].experiment == "quadrant"
+    plain = plan("vision", ["none"], 1, ["experiment=null"])[0][2]
+    assert plain.experiment is None and list(plain.eval.image_sizes) == []
+
+
+def test_the_hash_ignores_what_only_plans_or_checks_a_run():
+    cfg = to_dict(compose(["encoder=none"]))
+    planned = to_dict(compose(["encoder=none", 'expect=["none: test/acc <= 0.3"]', "compare_encoders=[none]"]))
+    assert config_hash(planned) == config_hash(cfg)
+    assert config_hash(to_dict(compose(["encoder=none", "seed=1"]))) != config_hash(cfg)
 
 
 def test_compare_end_to_end_resumes_and_logs_a_report_run(tiny, tmp_path):
@@ -82,6 +145,9 @@ def test_compare_end_to_end_resumes_and_logs_a_report_run(tiny, tmp_path):
     runs_root = Path(next(o for o in tiny if o.startswith("run.root=")).split("=", 1)[1])
     report_runs = list(runs_root.glob("wandb/offline-run-*"))
     assert len(report_runs) == 1 and list(report_runs[0].glob("files/media/table/**/*.table.json"))
+    logged = {p.name.split("_table_")[0] for p in report_runs[0].glob("files/media/table/compare/*.table.json")}
+    assert {"resolution_rescaled_overlay", "resolution_raw_overlay"} <= logged  # the default experiment's curves
+    assert list(report_runs[0].glob("files/media/images/compare/figure/*.png"))
     again = compare("vision", ["none", "sincos2d"], 1, overrides, tmp_path / "reports", echo=lines.append)
     assert [o.status for o in again["outcomes"]] == ["skipped", "skipped"]
     changed = compare("vision", ["none"], 1, [*overrides, "optim.lr=1e-2"], tmp_path / "reports", echo=lines.append)

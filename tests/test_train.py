@@ -55,6 +55,11 @@ def test_summary_has_the_documented_keys(finished_run):
     assert on_disk["wandb"] == {"mode": None, "dir": None, "url": None, "path": None, "sync_command": None}
     rows = on_disk["tables"]["test/acc_per_class"]["rows"]
     assert [r[0] for r in rows] == [str(d) for d in range(10)]
+    history = on_disk["history"]  # training curves for reports, [step, value] pairs
+    for key in ("train/loss", "val/loss", "val/acc"):
+        steps = [step for step, _ in history[key]]
+        assert steps and steps == sorted(set(steps)), key
+    assert history["val/acc"][-1][1] == pytest.approx(on_disk["metrics"]["val/acc"])
 
 
 def test_run_directory_holds_checkpoints_figures_and_logs(finished_run):

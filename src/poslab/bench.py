@@ -18,7 +18,8 @@ import subprocess
 import sys
 import time
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from pathlib import Path
 
 #: Issue targets: ratio to `none` (time, memory); None = not targeted.
 TARGETS = {
@@ -139,31 +140,41 @@ def peak_memory(name: str, cfg: BenchConfig) -> float:
     return float(json.loads(out.stdout.strip().splitlines()[-1]))
 
 
-def run(cfg: BenchConfig) -> list[dict]:
+#: The issue states its targets at this length; other lengths are reported without a verdict.
+TARGET_LENGTH = 1024
+#: Keys of every record in ``results.json``.
+RECORD_KEYS = ("encoder", "seq_len", "step_ms", "peak_mem_mb", "time_ratio", "memory_ratio")
+
+
+def run(cfg: BenchConfig, lengths: list[int] | None = None) -> list[dict]:
+    """One record per (length, encoder); ratios are against ``none`` at the same length, same run."""
     from poslab.encoders import available_encoders
 
     names = ["none", *[n for n in available_encoders("text") if n != "none"]]
-    times = time_steps(names, cfg)
-    memory = {n: peak_memory(n, cfg) for n in names}
     rows = []
-    for name in names:
-        time_ratio, mem_ratio = times[name] / times["none"], memory[name] / max(memory["none"], 1e-9)
-        target_t, target_m = TARGETS.get(name, (None, None))
-        ok = (target_t is None or time_ratio <= target_t) and (target_m is None or mem_ratio <= target_m)
-        rows.append(
-            {
-                "encoder": name,
-                "step_ms": times[name],
-                "time_ratio": time_ratio,
-                "peak_mb": memory[name],
-                "memory_ratio": mem_ratio,
-                "target": "—"
-                if target_t is None
-                else f"≤{target_t}x time" + (f", ≤{target_m}x mem" if target_m else ""),
-                "ok": ok,
-            }
-        )
+    for length in lengths or [cfg.length]:
+        at = replace(cfg, length=length)
+        times = time_steps(names, at)
+        memory = {n: peak_memory(n, at) for n in names}
+        for name in names:
+            time_ratio, mem_ratio = times[name] / times["none"], memory[name] / max(memory["none"], 1e-9)
+            target_t, target_m = TARGETS.get(name, (None, None)) if length == TARGET_LENGTH else (None, None)
+            ok = None
+            if target_t is not None:
+                ok = time_ratio <= target_t and (target_m is None or mem_ratio <= target_m)
+            target = "—" if target_t is None else f"≤{target_t}x time" + (f", ≤{target_m}x mem" if target_m else "")
+            values = (name, length, times[name], memory[name], time_ratio, mem_ratio)
+            rows.append(dict(zip(RECORD_KEYS, values, strict=True)) | {"target": target, "ok": ok})
     return rows
+
+
+def write_results(rows: list[dict], path: Path) -> Path:
+    """``results.json`` written atomically: a reader never sees half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_suffix(".json.partial")
+    partial.write_text(json.dumps(rows, indent=1))
+    partial.replace(path)
+    return path
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -174,27 +185,35 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(prog="poslab bench", description=__doc__.splitlines()[0])
     for key, value in BenchConfig().__dict__.items():
-        parser.add_argument(f"--{key}", type=type(value), default=value)
-    cfg = BenchConfig(**vars(parser.parse_args(argv)))
-    rows = run(cfg)
+        if key != "length":
+            parser.add_argument(f"--{key}", type=type(value), default=value)
+    parser.add_argument("--lengths", type=int, nargs="+", default=[256, 1024, 2048], help="sequence lengths L")
+    parser.add_argument("--out", type=Path, default=Path("reports/bench/results.json"), help="records as JSON")
+    parser.add_argument("--check", action="store_true", help="exit 1 when a target at L=1024 is missed")
+    args = vars(parser.parse_args(argv))
+    lengths, out, check = args.pop("lengths"), args.pop("out"), args.pop("check")
+    cfg = BenchConfig(**args)
+    rows = run(cfg, lengths)
     table = Table(
-        title=f"1D encoders, one training step: L={cfg.length}, batch {cfg.batch}, "
-        f"{cfg.depth}x{cfg.dim}, {cfg.heads} heads, {cfg.device}"
+        title=f"1D encoders, one training step: batch {cfg.batch}, {cfg.depth}x{cfg.dim}, {cfg.heads} heads, "
+        f"{cfg.device}; ratios to none at the same L (targets at L={TARGET_LENGTH})"
     )
-    for column in ("encoder", "step ms", "x none", "peak MB", "x none", "target", "ok"):
+    for column in ("L", "encoder", "step ms", "x none", "peak MB", "x none", "target", "ok"):
         table.add_column(column, justify="left" if column in ("encoder", "target") else "right")
     for r in rows:
         table.add_row(
+            str(r["seq_len"]),
             r["encoder"],
             f"{r['step_ms']:.1f}",
             f"{r['time_ratio']:.2f}",
-            f"{r['peak_mb']:.0f}",
+            f"{r['peak_mem_mb']:.0f}",
             f"{r['memory_ratio']:.2f}",
             r["target"],
-            "yes" if r["ok"] else "NO",
+            {True: "yes", False: "NO", None: ""}[r["ok"]],
         )
     Console().print(table)
-    return 0 if all(r["ok"] for r in rows) else 1
+    print(f"records: {write_results(rows, out)}")
+    return 1 if check and any(r["ok"] is False for r in rows) else 0
 
 
 if __name__ == "__main__":

@@ -87,6 +87,37 @@ class StepTimer(Reporter):
             self.report["metrics"]["perf/train_step_ms"] = 1000 * statistics.median(times)
 
 
+class History(Reporter):
+    """Logged scalars against the global step, so a report can draw training curves without W&B."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.report["history"] = {}
+
+    def _record(self, trainer: L.Trainer, prefix: str) -> None:
+        step = trainer.global_step
+        for key, value in trainer.callback_metrics.items():
+            if not key.startswith(prefix) or key.endswith(("_epoch", "_best")) or "/lr" in key:
+                continue
+            if not isinstance(value, torch.Tensor) or value.numel() != 1:
+                continue
+            name = key.removesuffix("_step")
+            series = self.report["history"].setdefault(name, [])
+            if series and series[-1][0] == step:
+                series[-1][1] = float(value)
+            else:
+                series.append([step, float(value)])
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        if trainer.global_step % max(trainer.log_every_n_steps, 1) == 0:
+            self._record(trainer, "train/")
+
+    def on_validation_end(self, trainer, pl_module) -> None:
+        if not trainer.sanity_checking:  # the latest training loss too, so short runs get a curve
+            self._record(trainer, "val/")
+            self._record(trainer, "train/")
+
+
 class PerClassAccuracy(Reporter):
     """After testing: accuracy per class as a W&B table and a bar chart."""
 

@@ -24,7 +24,7 @@ examples:
   poslab compare modality=vision seeds=3         every vision encoder x 3 seeds, then a report
   poslab report runs/text                        Markdown + PNG report from summary.json files
   poslab list                                    modalities and their encoders
-  poslab bench --length 1024                     encoder step time / memory vs none
+  poslab bench --lengths 256 1024 2048          encoder step time / memory vs none
 """
 
 

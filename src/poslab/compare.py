@@ -38,6 +38,10 @@ def plan(modality: str, encoders: list[str] | None, seeds: int, overrides: list[
     """(encoder, seed, composed config) for every run of the grid, named by config hash."""
     from poslab.encoders import available_encoders
 
+    if not any(o.startswith("experiment=") for o in overrides):
+        default = compose([f"modality={modality}", *overrides]).compare_experiment
+        if default:  # the modality's default comparison (sized to finish in ~20 min on 2 CPU cores)
+            overrides = [f"experiment={default}", *overrides]
     if not encoders:
         stated = compose([f"modality={modality}", *overrides]).compare_encoders
         encoders = list(stated) or available_encoders(modality)
@@ -99,21 +103,57 @@ def compare(
 
         report = build_report(run_dirs, reports, title=f"{modality}: comparison {compare_id}")
         echo(f"report: {report}")
-        log_report_run(grid[0][2], compare_id, run_dirs, echo)
+        log_report_run(grid[0][2], compare_id, run_dirs, echo, report_dir=report.parent)
     failed = [o for o in outcomes if o.status == "failed"]
     if failed:
         echo(f"{len(failed)} run(s) failed: " + "; ".join(f"{o.encoder} seed {o.seed}: {o.error}" for o in failed))
     return {"id": compare_id, "outcomes": outcomes, "report": report}
 
 
-def log_report_run(cfg, compare_id: str, run_dirs: list[Path], echo=print) -> str | None:
-    """One W&B run (``job_type=report``) with the comparison table and overlay charts."""
+def overlay_series(groups) -> dict[str, tuple[str, str, dict[str, dict[float, float]]]]:
+    """chart key -> (title, x name, encoder -> {x: mean y}): every encoder's curve in one chart."""
+    import re
+
+    from poslab.report_figures import multiples, training_size
+
+    charts: dict[str, tuple[str, str, dict[str, dict[float, float]]]] = {}
+    for prefix in ("lengen/loss", "lengen/acc"):
+        series = {g.label: base for g in groups if (base := multiples(g, prefix).get("base"))}
+        if series:
+            name = f"compare/{prefix.replace('/', '_')}_overlay"
+            charts[name] = (f"{prefix} vs length multiple", "multiple of the training context", series)
+    patterns = {
+        "compare/resolution_rescaled_overlay": (r"resolution/acc@(\d+)/rescaled", "accuracy vs image size (rescaled)"),
+        "compare/resolution_raw_overlay": (r"resolution/acc@(\d+)/raw", "accuracy vs image size (raw indices)"),
+        "compare/mse_by_horizon_overlay": (r"test/mse@h\d+-(\d+)", "test MSE by horizon step"),
+    }
+    for name, (pattern, title) in patterns.items():
+        series = {}
+        for g in groups:
+            points = {}
+            for key in {k for r in g.runs for k in r["metrics"]}:
+                match = re.fullmatch(pattern, key)
+                if match and (s := g.stat(key)) is not None:
+                    points[float(match.group(1))] = s.mean
+            if points and name.startswith("compare/resolution") and (base := g.stat("test/acc")):
+                points[float(training_size(g.runs[0]["config"]))] = base.mean
+            if points:
+                series[g.label] = dict(sorted(points.items()))
+        if series:
+            charts[name] = (title, "image size (px)" if "resolution" in name else "forecast step", series)
+    return charts
+
+
+def log_report_run(
+    cfg, compare_id: str, run_dirs: list[Path], echo=print, report_dir: Path | None = None
+) -> str | None:
+    """One W&B run (``job_type=report``): comparison table, overlay charts and the report's figures."""
     if cfg.logger.name != "wandb":
         return None
     import wandb
 
     from poslab.loggers import resolve_wandb_mode
-    from poslab.report import curves, find_summaries, group_runs, metric_columns
+    from poslab.report import find_summaries, group_runs, metric_columns
 
     mode = resolve_wandb_mode(cfg.logger.mode)
     if mode == "disabled":
@@ -138,21 +178,18 @@ def log_report_run(cfg, compare_id: str, run_dirs: list[Path], echo=print) -> st
             if s is not None:
                 rows.append([g.label, c, s.mean, s.std, s.n])
     run.log({"compare/table": wandb.Table(columns=["encoder", "metric", "mean", "std", "n"], data=rows)})
-    for prefix in ("lengen/loss", "lengen/acc"):
-        data = curves(groups, prefix)
-        if data:
-            names = [n for n in data if "base" in data[n]]
-            run.log(
-                {
-                    f"compare/{prefix.replace('/', '_')}_overlay": wandb.plot.line_series(
-                        xs=[list(data[n]["base"]) for n in names],
-                        ys=[list(data[n]["base"].values()) for n in names],
-                        keys=names,
-                        title=f"{prefix} vs length multiple",
-                        xname="multiple of the training context",
-                    )
-                }
-            )
+    for key, (title, xname, series) in overlay_series(groups).items():
+        names = list(series)
+        chart = wandb.plot.line_series(
+            xs=[list(series[n]) for n in names],
+            ys=[list(series[n].values()) for n in names],
+            keys=names,
+            title=title,
+            xname=xname,
+        )
+        run.log({key: chart})
+    for png in sorted(report_dir.glob("*.png")) if report_dir else []:
+        run.log({f"compare/figure/{png.stem}": wandb.Image(str(png))})
     directory = str(Path(run.dir).parent) if mode == "offline" else None
     run.finish()
     wandb.teardown()

@@ -308,8 +308,17 @@ def _plain(value: Any) -> Any:
     return value
 
 
-#: Keys that do not change what a run computes (where it writes, how it logs, how it shows progress).
-NOT_HASHED = ("run", "logger", "trainer.enable_progress_bar", "eval.ckpt")
+#: Keys that do not change what a run computes (where it writes, how it logs, how it shows
+#: progress, what a comparison plans or expects of it).
+NOT_HASHED = (
+    "run",
+    "logger",
+    "trainer.enable_progress_bar",
+    "eval.ckpt",
+    "expect",
+    "compare_encoders",
+    "compare_experiment",
+)
 
 
 def config_hash(cfg: dict, ignore: tuple[str, ...] = ()) -> str:

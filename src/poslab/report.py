@@ -3,9 +3,7 @@
 Works offline and after the fact: point it at run directories (or a folder
 holding many) and it groups the finished training runs by (modality,
 experiment, encoder), aggregates each metric over seeds as mean ± std (n),
-and draws the curves the modality has: loss against evaluation length for
-text (one line per encoder, and the RoPE extensions), MSE against horizon
-bucket for time series.
+and draws the curves the runs measured (:mod:`poslab.report_figures`).
 """
 
 from __future__ import annotations
@@ -14,7 +12,6 @@ import json
 import math
 import statistics
 import time
-from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,6 +40,10 @@ HEADLINE = {
         "extrap/mse@2xL",
     ],
 }
+
+
+#: Families of metrics a table shows whenever the runs report them.
+EXTRA_PREFIXES = {"vision": ("resolution/acc@",)}
 
 
 @dataclass(frozen=True)
@@ -116,11 +117,12 @@ def group_runs(summaries: Iterable[dict]) -> list[Group]:
 
 
 def metric_columns(groups: Sequence[Group]) -> list[str]:
-    """Headline metrics first, then the other final metrics every group reports."""
+    """Headline metrics first, then the families of :data:`EXTRA_PREFIXES` that the runs report."""
     modality = groups[0].modality
     present = {k for g in groups for r in g.runs for k in r["metrics"]}
     headline = [k for k in HEADLINE.get(modality, []) if k in present]
-    return headline
+    extra = sorted(k for k in present if k.startswith(EXTRA_PREFIXES.get(modality, ())))
+    return headline + extra
 
 
 def table(groups: Sequence[Group], columns: Sequence[str]) -> str:
@@ -173,45 +175,9 @@ def expectation_section(groups: Sequence[Group]) -> list[str]:
     return [*lines, ""]
 
 
-def curves(groups: Sequence[Group], prefix: str) -> dict[str, dict[str, dict[int, float]]]:
-    """encoder -> variant -> multiple -> mean over seeds, from ``<prefix>@<m>x[/<variant>]`` keys."""
-    out: dict[str, dict[str, dict[int, list[float]]]] = {}
-    for g in groups:
-        series: dict[str, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
-        for r in g.runs:
-            for key, value in r["metrics"].items():
-                if not key.startswith(prefix + "@"):
-                    continue
-                rest = key[len(prefix) + 1 :]
-                multiple, _, variant = rest.partition("x")
-                variant = variant.lstrip("/") or "base"
-                if multiple.isdigit():
-                    series[variant][int(multiple)].append(value)
-        if series:
-            out[g.label] = {
-                v: {m: statistics.fmean(vals) for m, vals in sorted(ms.items())} for v, ms in series.items()
-            }
-    return out
-
-
-def length_curves_figure(data: dict, metric: str, title: str, variant: str = "base"):
-    from poslab import plots
-
-    fig, ax = plots.plt.subplots(figsize=(6.4, 4.0))
-    for encoder, variants in data.items():
-        points = variants.get(variant)
-        if points:
-            ax.plot(list(points), list(points.values()), marker="o", label=encoder)
-    ax.set_xscale("log", base=2)
-    ax.set(xlabel="evaluation length (multiple of the training context)", ylabel=metric, title=title)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    return fig
-
-
 def build_report(paths: Iterable[str | Path], out_root: str | Path = "reports", title: str | None = None) -> Path:
     """Write ``<out_root>/<modality>-<timestamp>/report.md`` (+ PNGs); returns the Markdown path."""
-    from poslab import plots
+    from poslab import plots, report_figures
 
     summaries = find_summaries(paths)
     if not summaries:
@@ -238,14 +204,11 @@ def build_report(paths: Iterable[str | Path], out_root: str | Path = "reports", 
             columns = metric_columns(egroups)
             lines += [table(egroups, columns), "", "mean ± standard deviation over seeds; — = not reported.", ""]
             lines += expectation_section(egroups)
-            for prefix, label in (("lengen/loss", "loss"), ("lengen/acc", "accuracy")):
-                data = curves(egroups, prefix)
-                if data:
-                    name = f"{modality}-{experiment or 'default'}-{prefix.replace('/', '_')}.png"
-                    fig = length_curves_figure(data, label, f"{label} vs evaluation length")
-                    plots.save_figure(fig, out / name)
-                    plots.close(fig)
-                    lines += [f"![{label} vs length]({name})", ""]
+            for stem, caption, fig in report_figures.figures(modality, egroups):
+                name = f"{modality}-{experiment or 'default'}-{stem}.png"
+                plots.save_figure(fig, out / name)
+                plots.close(fig)
+                lines += [f"![{caption}]({name})", ""]
     path = out / "report.md"
     path.write_text("\n".join(lines) + "\n")
     return path

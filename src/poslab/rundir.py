@@ -26,6 +26,7 @@ SUMMARY_KEYS = (
     "metrics",
     "tables",
     "figures",
+    "history",
     "checkpoints",
     "num_params",
     "wall_time_s",

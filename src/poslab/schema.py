@@ -308,6 +308,7 @@ def root_schema(modality: str, encoder: type) -> type:
             ("seed", int, MISSING),
             ("expect", list[str], field(default_factory=list)),
             ("compare_encoders", list[str], field(default_factory=list)),
+            ("compare_experiment", Optional[str], None),
             ("task", parts.task, field(default_factory=parts.task)),
             ("encoder", encoder, field(default_factory=encoder)),
             ("data", parts.data, field(default_factory=parts.data)),

@@ -60,7 +60,7 @@ def _fit_and_test(cfg, datamodule, task, run_dir: Path, name: str, logger: Any, 
     """Fit, test the best checkpoint, write the summary."""
     from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint
 
-    from poslab.callbacks import EncoderFigure, StepTimer
+    from poslab.callbacks import EncoderFigure, History, StepTimer
 
     monitor, mode = task.monitor
     checkpoint = ModelCheckpoint(
@@ -71,7 +71,7 @@ def _fit_and_test(cfg, datamodule, task, run_dir: Path, name: str, logger: Any, 
         save_last=True,
         auto_insert_metric_name=False,
     )
-    callbacks = [checkpoint, StepTimer(), EncoderFigure(), *task.report_callbacks(cfg)]
+    callbacks = [checkpoint, StepTimer(), History(), EncoderFigure(), *task.report_callbacks(cfg)]
     if logger is not None:
         callbacks.append(LearningRateMonitor(logging_interval="step"))
     trainer = build_trainer(cfg, run_dir, logger, callbacks)
@@ -180,7 +180,7 @@ def build_summary(kind, cfg, run_dir, name, trainer, task, logger, metrics, chec
 
     from poslab.loggers import resolve_wandb_mode, wandb_info
 
-    merged: dict[str, dict[str, Any]] = {"metrics": dict(metrics), "tables": {}, "figures": {}}
+    merged: dict[str, dict[str, Any]] = {"metrics": dict(metrics), "tables": {}, "figures": {}, "history": {}}
     for callback in trainer.callbacks:
         for section, values in getattr(callback, "report", {}).items():
             merged[section].update(values)
@@ -196,6 +196,7 @@ def build_summary(kind, cfg, run_dir, name, trainer, task, logger, metrics, chec
         "metrics": dict(sorted(merged["metrics"].items())),
         "tables": merged["tables"],
         "figures": merged["figures"],
+        "history": merged["history"],
         "checkpoints": checkpoints,
         "num_params": sum(p.numel() for p in task.parameters()),
         "wall_time_s": round(wall_time_s, 2),

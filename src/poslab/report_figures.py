@@ -1,0 +1,203 @@
+"""The report's figures, drawn from the seed-aggregated groups of :mod:`poslab.report`.
+
+Each function returns a matplotlib figure or ``None`` when the runs hold
+nothing to draw, so a report shows exactly the curves its runs measured:
+loss against evaluation length (and per RoPE extension) for text, accuracy
+against image size with raw and rescaled coordinates for vision, MSE against
+horizon / lookback and under irregular sampling for time series, and the
+training curves of every modality.
+"""
+
+from __future__ import annotations
+
+import re
+import statistics
+from collections import defaultdict
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+#: The validation metric a modality's training curve shows, in order of preference.
+VAL_CURVE = ("val/loss", "val/mse", "val/acc")
+
+
+def _plt():
+    from poslab import plots
+
+    return plots.plt
+
+
+def multiples(group, prefix: str) -> dict[str, dict[int, float]]:
+    """variant -> length multiple -> mean over seeds, from ``<prefix>@<m>x[/<variant>]`` metrics."""
+    series: dict[str, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for run in group.runs:
+        for key, value in run["metrics"].items():
+            match = re.fullmatch(re.escape(prefix) + r"@(\d+)x(?:/(.+))?", key)
+            if match:
+                series[match.group(2) or "base"][int(match.group(1))].append(value)
+    return {v: {m: statistics.fmean(vals) for m, vals in sorted(ms.items())} for v, ms in series.items()}
+
+
+def length_curves(groups: Sequence, prefix: str, label: str):
+    """Every encoder's unscaled curve in one chart: the ALiBi paper's Figure 1 at CPU scale."""
+    data = {g.label: multiples(g, prefix).get("base") for g in groups}
+    data = {k: v for k, v in data.items() if v}
+    if not data:
+        return None
+    fig, ax = _plt().subplots(figsize=(6.4, 4.0))
+    for encoder, points in data.items():
+        ax.plot(list(points), list(points.values()), marker="o", label=encoder)
+    ax.set_xscale("log", base=2)
+    ax.set(xlabel="evaluation length (multiple of the training context)", ylabel=label)
+    ax.set_title(f"{label} vs evaluation length")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def scaling_curves(groups: Sequence, prefix: str, label: str):
+    """One panel per encoder that has evaluation-time extensions (RoPE: PI, NTK, dynamic, YaRN)."""
+    data = {g.label: multiples(g, prefix) for g in groups}
+    data = {k: v for k, v in data.items() if len(v) > 1}
+    if not data:
+        return None
+    fig, axes = _plt().subplots(1, len(data), figsize=(6.4 * len(data), 4.0), squeeze=False)
+    for ax, (encoder, variants) in zip(axes[0], data.items(), strict=True):
+        for variant, points in variants.items():
+            style = {"color": "black", "linewidth": 2} if variant == "base" else {}
+            name = "no scaling" if variant == "base" else variant
+            ax.plot(list(points), list(points.values()), marker="o", label=name, **style)
+        ax.set_xscale("log", base=2)
+        ax.set(xlabel="evaluation length (multiple of the training context)", ylabel=label)
+        ax.set_title(f"{encoder}: context extensions applied at evaluation")
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def training_size(config: dict) -> int:
+    from poslab.data.vision import native_size
+
+    return config["data"].get("image_size") or native_size(config["data"])
+
+
+def resolution(groups: Sequence):
+    """Accuracy against image size: solid lines rescaled coordinates, dashed raw patch indices."""
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(6.4, 4.0))
+    drawn = False
+    for index, g in enumerate(groups):
+        base = g.stat("test/acc")
+        sizes: dict[str, dict[int, float]] = {"rescaled": {}, "raw": {}}
+        for key in {k for r in g.runs for k in r["metrics"]}:
+            match = re.fullmatch(r"resolution/acc@(\d+)/(raw|rescaled)", key)
+            if match and (s := g.stat(key)) is not None:
+                sizes[match.group(2)][int(match.group(1))] = s.mean
+        if not (sizes["raw"] or sizes["rescaled"]) or base is None:
+            continue
+        drawn = True
+        trained = training_size(g.runs[0]["config"])
+        color = f"C{index % 10}"
+        for mode, style in (("rescaled", "-"), ("raw", "--")):
+            points = {trained: base.mean, **sizes[mode]}
+            xs = sorted(points)
+            label = f"{g.label} ({mode})"
+            ax.plot(xs, [points[x] for x in xs], style, marker="o", color=color, label=label)
+    if not drawn:
+        plt.close(fig)
+        return None
+    ax.set(xlabel="image size at evaluation (px)", ylabel="test accuracy", ylim=(0, 1.02))
+    ax.set_title("accuracy vs image size: rescaled (solid) vs raw (dashed) coordinates")
+    ax.legend(fontsize=7, ncol=2)
+    fig.tight_layout()
+    return fig
+
+
+def forecast(groups: Sequence):
+    """Time series: MSE by horizon step, beyond the training horizon / lookback, and under irregular sampling."""
+    plt = _plt()
+    rows = []
+    for g in groups:
+        buckets = {}
+        for key in {k for r in g.runs for k in r["metrics"]}:
+            match = re.fullmatch(r"test/mse@h(\d+)-(\d+)", key)
+            if match and (s := g.stat(key)) is not None:
+                buckets[int(match.group(2))] = s.mean
+        rows.append((g, dict(sorted(buckets.items()))))
+    if not any(buckets for _, buckets in rows):
+        return None
+    extrap = any(g.stat("extrap/mse@2xH") or g.stat("extrap/mse@2xL") for g in groups)
+    panels = 3 if extrap else 2
+    fig, axes = plt.subplots(1, panels, figsize=(5.0 * panels, 4.0))
+    for g, buckets in rows:
+        if buckets:
+            axes[0].plot(list(buckets), list(buckets.values()), marker="o", label=g.label)
+    axes[0].set(xlabel="forecast step (end of bucket)", ylabel="test MSE", title="MSE by horizon step")
+    axes[0].legend(fontsize=7)
+    labels = [g.label for g in groups]
+    clean = [s.mean if (s := g.stat("test/mse")) else float("nan") for g in groups]
+    dropped = [s.mean if (s := g.stat("probe/irregular_mse")) else float("nan") for g in groups]
+    x = range(len(groups))
+    axes[1].bar([i - 0.2 for i in x], clean, width=0.4, label="regular")
+    axes[1].bar([i + 0.2 for i in x], dropped, width=0.4, label="20 % of past steps dropped")
+    axes[1].set_xticks(list(x), labels, rotation=45, ha="right", fontsize=7)
+    axes[1].set_yscale("log")
+    axes[1].set(ylabel="test MSE", title="irregular-sampling probe")
+    axes[1].legend(fontsize=7)
+    if extrap:
+        for g in groups:
+            base = g.stat("test/mse")
+            for key, style, name in (("extrap/mse@2xH", "-", "2x horizon"), ("extrap/mse@2xL", "--", "2x lookback")):
+                s = g.stat(key)
+                if base and s:
+                    axes[2].plot([1, 2], [base.mean, s.mean], style, marker="o", label=f"{g.label} {name}")
+        axes[2].set(xlabel="multiple of the training size", ylabel="test MSE", xticks=[1, 2])
+        axes[2].set_title("beyond training (query layout)")
+        axes[2].legend(fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
+def _mean_curve(runs: Sequence[dict], key: str) -> dict[int, float]:
+    """Mean over seeds at every step that all of the runs recorded."""
+    per_step: dict[int, list[float]] = defaultdict(list)
+    for run in runs:
+        for step, value in run.get("history", {}).get(key, []):
+            per_step[int(step)].append(value)
+    return {s: statistics.fmean(v) for s, v in sorted(per_step.items()) if len(v) == len(runs)}
+
+
+def training_curves(groups: Sequence):
+    """Training loss and the modality's validation metric against the step, mean over seeds."""
+    present = {k for g in groups for r in g.runs for k in r.get("history", {})}
+    val_key = next((k for k in VAL_CURVE if k in present), None)
+    if "train/loss" not in present and val_key is None:
+        return None
+    keys = [k for k in ("train/loss", val_key) if k in present]
+    fig, axes = _plt().subplots(1, len(keys), figsize=(5.6 * len(keys), 4.0), squeeze=False)
+    for ax, key in zip(axes[0], keys, strict=True):
+        for g in groups:
+            curve = _mean_curve(g.runs, key)
+            if curve:
+                ax.plot(list(curve), list(curve.values()), label=g.label)
+        ax.set(xlabel="training step", ylabel=key, title=f"{key} (mean over seeds)")
+        if key.endswith(("loss", "mse")):
+            ax.set_yscale("log")
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
+def figures(modality: str, groups: Sequence) -> Iterator[tuple[str, str, Any]]:
+    """(file stem, caption, figure) for everything these runs can show."""
+    candidates = [
+        ("lengen_loss", "loss vs evaluation length", lambda: length_curves(groups, "lengen/loss", "loss (nats/char)")),
+        ("lengen_acc", "accuracy vs evaluation length", lambda: length_curves(groups, "lengen/acc", "accuracy")),
+        ("rope_scaling", "context extensions at evaluation", lambda: scaling_curves(groups, "lengen/loss", "loss")),
+        ("resolution", "accuracy vs image size", lambda: resolution(groups)),
+        ("forecast", "forecast error by horizon and under irregular sampling", lambda: forecast(groups)),
+        ("training", "training curves", lambda: training_curves(groups)),
+    ]
+    for stem, caption, draw in candidates:
+        fig = draw()
+        if fig is not None:
+            yield stem, caption, fig
