@@ -37,6 +37,18 @@ def multiples(group, prefix: str) -> dict[str, dict[int, float]]:
     return {v: {m: statistics.fmean(vals) for m, vals in sorted(ms.items())} for v, ms in series.items()}
 
 
+def _length_panel(ax, series: dict[str, dict[int, float]], label: str, title: str, styles=None) -> None:
+    """One line per series against the length multiple (log2 axis)."""
+    for name, points in series.items():
+        ax.plot(list(points), list(points.values()), marker="o", label=name, **(styles or {}).get(name, {}))
+    ax.set_xscale("log", base=2)
+    ticks = sorted({m for points in series.values() for m in points})
+    ax.set_xticks(ticks, [f"{m}x" for m in ticks])
+    ax.set(xlabel="evaluation length (multiple of the training context)", ylabel=label)
+    ax.set_title(title)
+    ax.legend(fontsize=8)
+
+
 def length_curves(groups: Sequence, prefix: str, label: str):
     """Every encoder's unscaled curve in one chart: the ALiBi paper's Figure 1 at CPU scale."""
     data = {g.label: multiples(g, prefix).get("base") for g in groups}
@@ -44,12 +56,7 @@ def length_curves(groups: Sequence, prefix: str, label: str):
     if not data:
         return None
     fig, ax = _plt().subplots(figsize=(6.4, 4.0))
-    for encoder, points in data.items():
-        ax.plot(list(points), list(points.values()), marker="o", label=encoder)
-    ax.set_xscale("log", base=2)
-    ax.set(xlabel="evaluation length (multiple of the training context)", ylabel=label)
-    ax.set_title(f"{label} vs evaluation length")
-    ax.legend(fontsize=8)
+    _length_panel(ax, data, label, f"{label} vs evaluation length")
     fig.tight_layout()
     return fig
 
@@ -62,14 +69,9 @@ def scaling_curves(groups: Sequence, prefix: str, label: str):
         return None
     fig, axes = _plt().subplots(1, len(data), figsize=(6.4 * len(data), 4.0), squeeze=False)
     for ax, (encoder, variants) in zip(axes[0], data.items(), strict=True):
-        for variant, points in variants.items():
-            style = {"color": "black", "linewidth": 2} if variant == "base" else {}
-            name = "no scaling" if variant == "base" else variant
-            ax.plot(list(points), list(points.values()), marker="o", label=name, **style)
-        ax.set_xscale("log", base=2)
-        ax.set(xlabel="evaluation length (multiple of the training context)", ylabel=label)
-        ax.set_title(f"{encoder}: context extensions applied at evaluation")
-        ax.legend(fontsize=8)
+        named = {("no scaling" if v == "base" else v): points for v, points in variants.items()}
+        title = f"{encoder}: context extensions applied at evaluation"
+        _length_panel(ax, named, label, title, styles={"no scaling": {"color": "black", "linewidth": 2}})
     fig.tight_layout()
     return fig
 
@@ -131,6 +133,10 @@ def forecast(groups: Sequence):
     for g, buckets in rows:
         if buckets:
             axes[0].plot(list(buckets), list(buckets.values()), marker="o", label=g.label)
+    for key, name, style in (("baseline/linear_mse", "linear baseline", ":"), ("baseline/seasonal_naive_week_mse",
+                             "seasonal naive (week)", "--")):  # fmt: skip
+        if (s := groups[0].stat(key)) is not None:  # the same test windows for every run
+            axes[0].axhline(s.mean, color="gray", linestyle=style, label=f"{name} (whole horizon)")
     axes[0].set(xlabel="forecast step (end of bucket)", ylabel="test MSE", title="MSE by horizon step")
     axes[0].legend(fontsize=7)
     labels = [g.label for g in groups]
@@ -178,7 +184,8 @@ def training_curves(groups: Sequence):
         for g in groups:
             curve = _mean_curve(g.runs, key)
             if curve:
-                ax.plot(list(curve), list(curve.values()), label=g.label)
+                marker = "o" if len(curve) <= 12 else None  # a few validation points: show them
+                ax.plot(list(curve), list(curve.values()), marker=marker, label=g.label)
         ax.set(xlabel="training step", ylabel=key, title=f"{key} (mean over seeds)")
         if key.endswith(("loss", "mse")):
             ax.set_yscale("log")

@@ -17,7 +17,8 @@ from poslab.positions import Positions
 
 _CPU_FLASH = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
 _CPU_FLASH_BACKWARD = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu_backward", None)
-_BIAS_GRAD_BLOCK = 256  # query rows per block of the bias gradient (only keys up to the block's end count)
+#: Elements of one float32 temporary in the bias gradient: the query rows per block follow from it.
+_BIAS_GRAD_ELEMENTS = 1 << 21
 
 
 class _CausalFlashWithLearnedBias(torch.autograd.Function):
@@ -27,8 +28,8 @@ class _CausalFlashWithLearnedBias(torch.autograd.Function):
     materialises and saves the ``[B, H, L, L]`` attention of every layer. Here
     the forward and the q/k/v gradients stay in the flash kernel; the bias
     gradient Σ_b dS_b, dS = P ⊙ (dP − rowsum(dO ⊙ O)) (the softmax backward),
-    is recomputed one batch element and one block of query rows at a time from
-    the saved log-sum-exp, skipping the blocks above the diagonal.
+    is recomputed one block of query rows at a time (the whole batch at once)
+    from the saved log-sum-exp, skipping the keys above the diagonal.
     """
 
     @staticmethod
@@ -42,22 +43,22 @@ class _CausalFlashWithLearnedBias(torch.autograd.Function):
         q, k, v, bias, out, lse = ctx.saved_tensors
         grad_out = grad_out.contiguous()
         dq, dk, dv = _CPU_FLASH_BACKWARD(grad_out, q, k, v, out, lse, 0.0, True, attn_mask=bias)
+        batch, heads, length, _ = q.shape
         scale = q.shape[-1] ** -0.5
         delta = (grad_out * out).sum(-1, keepdim=True).float()  # [B, H, L, 1]
+        shared = bias.shape[0] == 1  # one bias broadcast over the batch: its gradient sums the batch
         dbias = torch.zeros(bias.shape, dtype=torch.float32, device=bias.device)
-        length, block = q.shape[-2], _BIAS_GRAD_BLOCK
-        for b in range(q.shape[0]):
-            target = dbias[b if bias.shape[0] > 1 else 0]
-            source = bias[b if bias.shape[0] > 1 else 0]
-            for start in range(0, length, block):  # causal: rows start..end see keys 0..end only
-                end = min(start + block, length)
-                rows = slice(start, end)
-                scores = torch.matmul(q[b, :, rows], k[b, :, :end].transpose(-1, -2)).float()
-                scores.mul_(scale).add_(source[:, rows, :end]).sub_(lse[b, :, rows, None]).exp_()
-                future = torch.ones(end - start, end, dtype=torch.bool, device=q.device).triu(start + 1)
-                probs = scores.masked_fill_(future, 0.0)
-                dprobs = torch.matmul(grad_out[b, :, rows], v[b, :, :end].transpose(-1, -2)).float()
-                target[:, rows, :end] += dprobs.sub_(delta[b, :, rows]).mul_(probs)
+        block = max(1, _BIAS_GRAD_ELEMENTS // (batch * heads * length))
+        for start in range(0, length, block):  # causal: rows start..end see keys 0..end only
+            end = min(start + block, length)
+            rows = slice(start, end)
+            probs = torch.matmul(q[:, :, rows], k[:, :, :end].transpose(-1, -2)).float()
+            probs.mul_(scale).add_(bias[:, :, rows, :end]).sub_(lse[:, :, rows, None]).exp_()
+            future = torch.ones(end - start, end - start, dtype=torch.bool, device=q.device).triu(1)
+            probs[..., start:end].masked_fill_(future, 0.0)  # only the diagonal part reaches the future
+            grads = torch.matmul(grad_out[:, :, rows], v[:, :, :end].transpose(-1, -2)).float()
+            grads.sub_(delta[:, :, rows]).mul_(probs)
+            dbias[:, :, rows, :end] = grads.sum(0, keepdim=True) if shared else grads
         return dq, dk, dv, dbias.to(bias.dtype)
 
 
