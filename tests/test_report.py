@@ -89,6 +89,7 @@ def test_report_draws_every_curve_the_runs_measured(tmp_path):
     text = path.read_text()
     assert "`resolution/acc@56/rescaled`" in text and "0.8500 ± 0.0707 (n=2)" in text
     assert "![training curves](vision-default-training.png)" in text
+    assert "| yarn | — | 1.8000 ± 0.0000 (n=2) |" in text and "| no scaling | 1.7000" in text  # extensions table
     vision = [g for g in group_runs(find_summaries([runs / "vision"])) if g.encoder == "none"][0]
     assert report_figures.multiples(vision, "resolution/acc") == {}
     text_group = group_runs(find_summaries([runs / "text"]))[0]

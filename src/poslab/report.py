@@ -141,6 +141,26 @@ def table(groups: Sequence[Group], columns: Sequence[str]) -> str:
     return "\n".join(lines)
 
 
+def variant_tables(groups: Sequence[Group], prefix: str) -> list[str]:
+    """Per encoder with evaluation-time variants (RoPE extensions): variant x length multiple."""
+    from poslab.report_figures import multiples
+
+    lines = []
+    for g in groups:
+        variants = multiples(g, prefix)
+        if len(variants) < 2:
+            continue
+        lengths = sorted({m for points in variants.values() for m in points})
+        lines += [f"`{g.label}`: `{prefix}` with each extension applied at evaluation", ""]
+        lines += ["| extension | " + " | ".join(f"{m}x" for m in lengths) + " |", "|---" * (len(lengths) + 1) + "|"]
+        for variant in variants:
+            suffix = "" if variant == "base" else f"/{variant}"
+            cells = [str(s) if (s := g.stat(f"{prefix}@{m}x{suffix}")) else "—" for m in lengths]
+            lines.append(f"| {'no scaling' if variant == 'base' else variant} | " + " | ".join(cells) + " |")
+        lines.append("")
+    return lines
+
+
 def group_means(group: Group) -> dict[str, float]:
     keys = {k for r in group.runs for k in r["metrics"]}
     return {k: s.mean for k in keys if (s := group.stat(k)) is not None}
@@ -203,6 +223,7 @@ def build_report(paths: Iterable[str | Path], out_root: str | Path = "reports", 
             lines += [f"## {modality}" + (f" — experiment `{experiment}`" if experiment else ""), ""]
             columns = metric_columns(egroups)
             lines += [table(egroups, columns), "", "mean ± standard deviation over seeds; — = not reported.", ""]
+            lines += variant_tables(egroups, "lengen/loss")
             lines += expectation_section(egroups)
             for stem, caption, fig in report_figures.figures(modality, egroups):
                 name = f"{modality}-{experiment or 'default'}-{stem}.png"
