@@ -41,3 +41,13 @@ def test_bench_writes_one_record_per_length_and_encoder(tmp_path, capsys, monkey
     assert all(r["time_ratio"] == 1.0 and r["memory_ratio"] == 1.0 for r in records if r["encoder"] == "none")
     assert all(r["ok"] is None for r in records)  # verdicts only at L=1024
     assert "records:" in capsys.readouterr().out and not list(out.parent.glob("*.partial"))
+
+
+def test_poslab_bench_passes_its_options_through(capsys):
+    import pytest
+
+    from poslab.cli import main as cli_main
+
+    with pytest.raises(SystemExit) as exit_info:
+        cli_main(["bench", "--help"])
+    assert exit_info.value.code == 0 and "--lengths" in capsys.readouterr().out

@@ -50,12 +50,17 @@ def build_parser() -> argparse.ArgumentParser:
     reporting.add_argument("--out", default="reports", help="where reports go (default: reports/)")
     listing = sub.add_parser("list", help="list modalities and the encoders that fit each")
     listing.add_argument("modality", nargs="?")
-    bench = sub.add_parser("bench", help="time and memory of each 1D encoder against none (--length, --batch, ...)")
-    bench.add_argument("options", nargs=argparse.REMAINDER)
+    # bench parses its own options (--lengths, --batch, ...): main() hands them over untouched
+    sub.add_parser("bench", help="time and memory of each 1D encoder against none (--lengths, --batch, ...)")
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["bench"]:
+        from poslab.bench import main as bench_main
+
+        return bench_main(argv[1:])
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command is None:
@@ -63,7 +68,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     try:
         commands = {"train": _train, "eval": _eval, "compare": _compare, "report": _report_cmd}
-        commands |= {"list": _list, "bench": _bench}
+        commands |= {"list": _list}
         return commands[args.command](args)
     except PoslabError as exc:
         print(f"poslab: error: {exc}", file=sys.stderr)
@@ -133,12 +138,6 @@ def _list(args: argparse.Namespace) -> int:
         names = available_encoders(modality)
         print(f"{modality}: " + ", ".join(f"{n} ({'+'.join(encoder_class(n).hooks()) or 'no hooks'})" for n in names))
     return 0
-
-
-def _bench(args: argparse.Namespace) -> int:
-    from poslab.bench import main as bench_main
-
-    return bench_main(args.options)
 
 
 def _report(summary: dict) -> None:

@@ -43,21 +43,23 @@ class _CausalFlashWithLearnedBias(torch.autograd.Function):
         q, k, v, bias, out, lse = ctx.saved_tensors
         grad_out = grad_out.contiguous()
         dq, dk, dv = _CPU_FLASH_BACKWARD(grad_out, q, k, v, out, lse, 0.0, True, attn_mask=bias)
-        batch, heads, length, _ = q.shape
-        scale = q.shape[-1] ** -0.5
+        batch, heads, length, dim = q.shape
+        scale = dim**-0.5
         delta = (grad_out * out).sum(-1, keepdim=True).float()  # [B, H, L, 1]
+        # [B*H, L, Dh], contiguous once: row blocks of these are matmul-ready without copies
+        q2, k2, v2, g2 = (t.contiguous().view(batch * heads, length, dim) for t in (q, k, v, grad_out))
         shared = bias.shape[0] == 1  # one bias broadcast over the batch: its gradient sums the batch
         dbias = torch.zeros(bias.shape, dtype=torch.float32, device=bias.device)
         block = max(1, _BIAS_GRAD_ELEMENTS // (batch * heads * length))
         for start in range(0, length, block):  # causal: rows start..end see keys 0..end only
             end = min(start + block, length)
             rows = slice(start, end)
-            probs = torch.matmul(q[:, :, rows], k[:, :, :end].transpose(-1, -2)).float()
-            probs.mul_(scale).add_(bias[:, :, rows, :end]).sub_(lse[:, :, rows, None]).exp_()
+            probs = torch.bmm(q2[:, rows], k2[:, :end].transpose(1, 2)).view(batch, heads, end - start, end)
+            probs = probs.float().mul_(scale).add_(bias[:, :, rows, :end]).sub_(lse[:, :, rows, None]).exp_()
             future = torch.ones(end - start, end - start, dtype=torch.bool, device=q.device).triu(1)
             probs[..., start:end].masked_fill_(future, 0.0)  # only the diagonal part reaches the future
-            grads = torch.matmul(grad_out[:, :, rows], v[:, :, :end].transpose(-1, -2)).float()
-            grads.sub_(delta[:, :, rows]).mul_(probs)
+            grads = torch.bmm(g2[:, rows], v2[:, :end].transpose(1, 2)).view(batch, heads, end - start, end)
+            grads = grads.float().sub_(delta[:, :, rows]).mul_(probs)
             dbias[:, :, rows, :end] = grads.sum(0, keepdim=True) if shared else grads
         return dq, dk, dv, dbias.to(bias.dtype)
 
