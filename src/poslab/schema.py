@@ -164,6 +164,7 @@ class TextDataConfig:
     download: bool = MISSING
     symbols: int = MISSING  # sequence tasks: alphabet size
     eval_sequences: int = MISSING  # sequence tasks: sequences per evaluation set
+    queries: int = MISSING  # associative_recall: pairs asked per training sequence (MQAR); evaluation asks one
 
 
 @dataclass

@@ -59,3 +59,25 @@ def test_sequence_data_needs_the_sequence_task():
         compose(["modality=text", "data=copy"])
     with pytest.raises(ConfigError, match="data=shakespeare needs task.name=lm"):
         compose(["modality=text", "task.name=sequence"])
+
+
+def test_multi_query_recall_scores_every_answer_and_keeps_the_length_budget(tmp_path):
+    item = generate("associative_recall", 6, 8, 32, torch.Generator().manual_seed(0), queries=3)
+    seq, mask = item["windows"], item["answer_mask"]
+    assert seq.shape == (8, 6 * 2 + 1 + 3 * 2) and torch.all(seq[:, 12] == SEP)
+    for b in range(8):
+        table = dict(zip(seq[b, 0:12:2].tolist(), seq[b, 1:12:2].tolist(), strict=True))
+        asked = seq[b, 13::2].tolist()
+        assert len(set(asked)) == 3  # distinct pairs
+        assert seq[b, 14::2].tolist() == [table[q] for q in asked]
+    targets = seq[:, 1:]
+    assert mask.sum(1).eq(3).all() and torch.equal(targets[mask].view(8, 3), seq[:, 14::2])
+    from poslab.data.sequence import SequenceDataModule
+
+    overrides = ["modality=text", "task.name=sequence", "data=associative_recall", "data.context=32"]
+    cfg = compose([*overrides, "data.queries=4"])
+    dm = SequenceDataModule(cfg.data)
+    dm.setup()
+    batches = iter(dm.train_dataloader())
+    longest = max(next(batches)["windows"].shape[1] - 1 for _ in range(50))
+    assert longest <= cfg.data.context  # Q queries cost Q - 1 pairs: training stays within the context

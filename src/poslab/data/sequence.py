@@ -18,14 +18,15 @@ DEPTH_BUCKETS = 10
 class TaskStream(IterableDataset):
     """Endless training batches, each at one random size in ``[1, max_size]``."""
 
-    def __init__(self, task: str, max_size: int, batch: int, symbols: int, seed: int) -> None:
+    def __init__(self, task: str, max_size: int, batch: int, symbols: int, seed: int, queries: int = 1) -> None:
         self.task, self.max_size, self.batch, self.symbols, self.seed = task, max_size, batch, symbols, seed
+        self.queries = queries
 
     def __iter__(self) -> Iterator[dict]:
         generator = torch.Generator().manual_seed(self.seed)
         while True:
             size = int(torch.randint(1, self.max_size + 1, (1,), generator=generator))
-            yield generate(self.task, size, self.batch, self.symbols, generator)
+            yield generate(self.task, size, self.batch, self.symbols, generator, queries=self.queries)
 
 
 class SequenceDataModule(TextDataModule):
@@ -58,7 +59,9 @@ class SequenceDataModule(TextDataModule):
         ]
 
     def train_dataloader(self) -> DataLoader:
-        stream = TaskStream(self.cfg.name, self.size, self.cfg.batch_size, self.cfg.symbols, self.stream_seed())
+        queries = self.cfg.queries if self.cfg.name == "associative_recall" else 1
+        largest = max(1, self.size - (queries - 1))  # Q queries cost Q - 1 pairs: the length budget holds
+        stream = TaskStream(self.cfg.name, largest, self.cfg.batch_size, self.cfg.symbols, self.stream_seed(), queries)
         return DataLoader(stream, batch_size=None)
 
     def val_dataloader(self) -> DataLoader:
