@@ -38,18 +38,16 @@ def plan(modality: str, encoders: list[str] | None, seeds: int, overrides: list[
     """(encoder, seed, composed config) for every run of the grid, named by config hash."""
     from poslab.encoders import available_encoders
 
-    if not any(o.startswith("experiment=") for o in overrides):
-        default = compose([f"modality={modality}", *overrides]).compare_experiment
-        if default:  # the modality's default comparison (sized to finish in ~20 min on 2 CPU cores)
-            overrides = [f"experiment={default}", *overrides]
-    if not encoders:
-        stated = compose([f"modality={modality}", *overrides]).compare_encoders
-        encoders = list(stated) or available_encoders(modality)
-    names = encoders
     if seeds < 1:
         raise ConfigError(f"seeds must be at least 1, got {seeds}")
+    base = compose([f"modality={modality}", *overrides])
+    if base.compare_experiment and not any(o.startswith("experiment=") for o in overrides):
+        # the modality's default comparison (sized to finish in ~20 min on 2 CPU cores)
+        overrides = [f"experiment={base.compare_experiment}", *overrides]
+        base = compose([f"modality={modality}", *overrides])
+    encoders = encoders or list(base.compare_encoders) or available_encoders(modality)
     grid = []
-    for encoder in names:
+    for encoder in encoders:
         for seed in range(seeds):
             cfg = compose([f"modality={modality}", f"encoder={encoder}", f"seed={seed}", *overrides])
             cfg.run.name = f"{encoder}-s{seed}-{config_hash(to_dict(cfg))}"
@@ -110,37 +108,28 @@ def compare(
     return {"id": compare_id, "outcomes": outcomes, "report": report}
 
 
-def overlay_series(groups) -> dict[str, tuple[str, str, dict[str, dict[float, float]]]]:
+def overlay_series(groups) -> dict[str, tuple[str, str, dict[str, dict[int, float]]]]:
     """chart key -> (title, x name, encoder -> {x: mean y}): every encoder's curve in one chart."""
-    import re
+    from poslab.report_figures import HORIZON_BUCKETS, accuracy_by_size, keyed_means, multiples
 
-    from poslab.report_figures import multiples, training_size
-
-    charts: dict[str, tuple[str, str, dict[str, dict[float, float]]]] = {}
+    charts: dict[str, tuple[str, str, dict[str, dict[int, float]]]] = {}
     for prefix in ("lengen/loss", "lengen/acc"):
         series = {g.label: base for g in groups if (base := multiples(g, prefix).get("base"))}
         if series:
             name = f"compare/{prefix.replace('/', '_')}_overlay"
             charts[name] = (f"{prefix} vs length multiple", "multiple of the training context", series)
-    patterns = {
-        "compare/resolution_rescaled_overlay": (r"resolution/acc@(\d+)/rescaled", "accuracy vs image size (rescaled)"),
-        "compare/resolution_raw_overlay": (r"resolution/acc@(\d+)/raw", "accuracy vs image size (raw indices)"),
-        "compare/mse_by_horizon_overlay": (r"test/mse@h\d+-(\d+)", "test MSE by horizon step"),
-    }
-    for name, (pattern, title) in patterns.items():
-        series = {}
-        for g in groups:
-            points = {}
-            for key in {k for r in g.runs for k in r["metrics"]}:
-                match = re.fullmatch(pattern, key)
-                if match and (s := g.stat(key)) is not None:
-                    points[float(match.group(1))] = s.mean
-            if points and name.startswith("compare/resolution") and (base := g.stat("test/acc")):
-                points[float(training_size(g.runs[0]["config"]))] = base.mean
-            if points:
-                series[g.label] = dict(sorted(points.items()))
+    families = {
+        "compare/resolution_rescaled_overlay": ("accuracy vs image size (rescaled)", "image size (px)",
+                                                lambda g: accuracy_by_size(g, "rescaled")),
+        "compare/resolution_raw_overlay": ("accuracy vs image size (raw indices)", "image size (px)",
+                                           lambda g: accuracy_by_size(g, "raw")),
+        "compare/mse_by_horizon_overlay": ("test MSE by horizon step", "forecast step",
+                                           lambda g: keyed_means(g, HORIZON_BUCKETS)),
+    }  # fmt: skip
+    for name, (title, xname, points_of) in families.items():
+        series = {g.label: points for g in groups if (points := points_of(g))}
         if series:
-            charts[name] = (title, "image size (px)" if "resolution" in name else "forecast step", series)
+            charts[name] = (title, xname, series)
     return charts
 
 

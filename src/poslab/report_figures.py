@@ -82,28 +82,43 @@ def training_size(config: dict) -> int:
     return config["data"].get("image_size") or native_size(config["data"])
 
 
+#: Per-bucket test MSE keys; the captured x is the bucket's last forecast step.
+HORIZON_BUCKETS = r"test/mse@h\d+-(\d+)"
+
+
+def keyed_means(group, pattern: str) -> dict[int, float]:
+    """x (the pattern's first group) -> mean over seeds, for every metric matching ``pattern``; sorted by x."""
+    points = {}
+    for key in {k for r in group.runs for k in r["metrics"]}:
+        match = re.fullmatch(pattern, key)
+        if match and (s := group.stat(key)) is not None:
+            points[int(match.group(1))] = s.mean
+    return dict(sorted(points.items()))
+
+
+def accuracy_by_size(group, mode: str) -> dict[int, float]:
+    """Test accuracy by image size with ``mode`` coordinates, the training size included; {} if not measured."""
+    points = keyed_means(group, rf"resolution/acc@(\d+)/{mode}")  # x = image size; mode = raw | rescaled
+    base = group.stat("test/acc")
+    if not points or base is None:
+        return {}
+    return dict(sorted({training_size(group.runs[0]["config"]): base.mean, **points}.items()))
+
+
 def resolution(groups: Sequence):
     """Accuracy against image size: solid lines rescaled coordinates, dashed raw patch indices."""
     plt = _plt()
     fig, ax = plt.subplots(figsize=(6.4, 4.0))
     drawn = False
     for index, g in enumerate(groups):
-        base = g.stat("test/acc")
-        sizes: dict[str, dict[int, float]] = {"rescaled": {}, "raw": {}}
-        for key in {k for r in g.runs for k in r["metrics"]}:
-            match = re.fullmatch(r"resolution/acc@(\d+)/(raw|rescaled)", key)
-            if match and (s := g.stat(key)) is not None:
-                sizes[match.group(2)][int(match.group(1))] = s.mean
-        if not (sizes["raw"] or sizes["rescaled"]) or base is None:
-            continue
-        drawn = True
-        trained = training_size(g.runs[0]["config"])
         color = f"C{index % 10}"
         for mode, style in (("rescaled", "-"), ("raw", "--")):
-            points = {trained: base.mean, **sizes[mode]}
-            xs = sorted(points)
-            label = f"{g.label} ({mode})"
-            ax.plot(xs, [points[x] for x in xs], style, marker="o", color=color, label=label)
+            points = accuracy_by_size(g, mode)
+            if points:
+                drawn = True
+                ax.plot(
+                    list(points), list(points.values()), style, marker="o", color=color, label=f"{g.label} ({mode})"
+                )
     if not drawn:
         plt.close(fig)
         return None
@@ -117,14 +132,7 @@ def resolution(groups: Sequence):
 def forecast(groups: Sequence):
     """Time series: MSE by horizon step, beyond the training horizon / lookback, and under irregular sampling."""
     plt = _plt()
-    rows = []
-    for g in groups:
-        buckets = {}
-        for key in {k for r in g.runs for k in r["metrics"]}:
-            match = re.fullmatch(r"test/mse@h(\d+)-(\d+)", key)
-            if match and (s := g.stat(key)) is not None:
-                buckets[int(match.group(2))] = s.mean
-        rows.append((g, dict(sorted(buckets.items()))))
+    rows = [(g, keyed_means(g, HORIZON_BUCKETS)) for g in groups]
     if not any(buckets for _, buckets in rows):
         return None
     extrap = any(g.stat("extrap/mse@2xH") or g.stat("extrap/mse@2xL") for g in groups)
