@@ -170,3 +170,25 @@ def test_a_failing_run_is_reported_and_the_rest_continue(tiny, tmp_path, monkeyp
     result = compare("vision", ["none", "sincos2d"], 1, tiny, tmp_path / "reports", echo=lines.append)
     assert [o.status for o in result["outcomes"]] == ["failed", "trained"]
     assert any("1 run(s) failed: none seed 0: boom" in line for line in lines)
+
+
+def test_recall_accuracy_by_depth_is_averaged_over_seeds_and_tabled(tmp_path):
+    """The needle report: per (length, depth) mean over seeds; a bucket no query fell in stays missing."""
+    runs = tmp_path / "runs"
+    for seed, deep in ((0, 0.5), (1, 0.7)):
+        rows = [[16, 0.0, 1.0], [16, 0.5, None], [128, 0.0, 0.2], [128, 0.5, deep]]
+        fake_run(runs, "text", "alibi", seed, {"lengen/acc@1x": 1.0, "lengen/acc@8x": 0.4}, {})
+        summary = runs / "text" / f"alibi-s{seed}" / "summary.json"
+        payload = json.loads(summary.read_text())
+        payload["tables"] = {"lengen/acc_by_depth": {"columns": ["length", "depth", "acc"], "rows": rows}}
+        summary.write_text(json.dumps(payload))
+    group = group_runs(find_summaries([runs]))[0]
+    assert report_figures.depth_accuracy(group) == {
+        16: {0.0: 1.0, 0.5: None},
+        128: {0.0: pytest.approx(0.2), 0.5: pytest.approx(0.6)},
+    }
+    path = build_report([runs], tmp_path / "reports")
+    text = path.read_text()
+    assert "Recall accuracy by depth of the queried pair (0 = start), 128 tokens:" in text
+    assert "| `alibi` | 0.20 | 0.60 |" in text and "| `alibi` | 1.00 | — |" in text
+    assert (path.parent / "text-default-recall_depth.png").exists()

@@ -77,18 +77,24 @@ def length_figure(lengths: Sequence[int], series: dict, metric: str, context: in
 
 def depth_heatmap(lengths: Sequence[int], grid: Sequence[Sequence[float | None] | None], title: str) -> Figure:
     """Rows: evaluation lengths; columns: depth buckets of the queried item (start -> end)."""
+    fig, ax = plt.subplots(figsize=(6.4, 0.5 * len(lengths) + 1.6))
+    im = draw_depth_heatmap(ax, lengths, grid, title)
+    fig.colorbar(im, ax=ax, fraction=0.046, label="accuracy")
+    fig.tight_layout()
+    return fig
+
+
+def draw_depth_heatmap(ax, lengths: Sequence[int], grid: Sequence[Sequence[float | None] | None], title: str):
+    """One accuracy-by-depth panel on ``ax`` (missing buckets blank); returns the image for a colorbar."""
     import numpy as np
 
     buckets = len(next(g for g in grid if g))
     values = np.array([[np.nan if not g or g[b] is None else g[b] for b in range(buckets)] for g in grid])
-    fig, ax = plt.subplots(figsize=(6.4, 0.5 * len(lengths) + 1.6))
     im = ax.imshow(values, vmin=0, vmax=1, cmap="magma", aspect="auto")
     ax.set_yticks(range(len(lengths)), [str(n) for n in lengths])
     ax.set_xticks(range(buckets), [f"{b / buckets:.1f}" for b in range(buckets)])
     ax.set(xlabel="depth of the queried pair (0 = start)", ylabel="sequence length", title=title)
-    fig.colorbar(im, ax=ax, fraction=0.046, label="accuracy")
-    fig.tight_layout()
-    return fig
+    return im
 
 
 def weekday_hour_heatmap(grid, weekday_names: Sequence[str], title: str) -> Figure:

@@ -161,6 +161,24 @@ def variant_tables(groups: Sequence[Group], prefix: str) -> list[str]:
     return lines
 
 
+def depth_tables(groups: Sequence[Group]) -> list[str]:
+    """Associative recall: encoder x depth bucket of the queried pair, one table per evaluation length."""
+    from poslab.report_figures import depth_accuracy
+
+    grids = {g.label: grid for g in groups if (grid := depth_accuracy(g))}
+    lines = []
+    for length in sorted({n for grid in grids.values() for n in grid}):
+        depths = sorted({d for grid in grids.values() for d in grid.get(length, {})})
+        lines += [f"Recall accuracy by depth of the queried pair (0 = start), {length} tokens:", ""]
+        lines += ["| encoder | " + " | ".join(f"{d:.1f}" for d in depths) + " |", "|---" * (len(depths) + 1) + "|"]
+        for label, grid in grids.items():
+            row = grid.get(length, {})
+            cells = ["—" if row.get(d) is None else f"{row[d]:.2f}" for d in depths]
+            lines.append(f"| `{label}` | " + " | ".join(cells) + " |")
+        lines.append("")
+    return lines
+
+
 def group_means(group: Group) -> dict[str, float]:
     keys = {k for r in group.runs for k in r["metrics"]}
     return {k: s.mean for k in keys if (s := group.stat(k)) is not None}
@@ -224,6 +242,7 @@ def build_report(paths: Iterable[str | Path], out_root: str | Path = "reports", 
             columns = metric_columns(egroups)
             lines += [table(egroups, columns), "", "mean ± standard deviation over seeds; — = not reported.", ""]
             lines += variant_tables(egroups, "lengen/loss")
+            lines += depth_tables(egroups)
             lines += expectation_section(egroups)
             for stem, caption, fig in report_figures.figures(modality, egroups):
                 name = f"{modality}-{experiment or 'default'}-{stem}.png"

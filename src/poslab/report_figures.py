@@ -2,7 +2,8 @@
 
 Each function returns a matplotlib figure or ``None`` when the runs hold
 nothing to draw, so a report shows exactly the curves its runs measured:
-loss against evaluation length (and per RoPE extension) for text, accuracy
+loss against evaluation length (and per RoPE extension) for text, recall
+accuracy by depth and length for associative recall, accuracy
 against image size with raw and rescaled coordinates for vision, MSE against
 horizon / lookback and under irregular sampling for time series, and the
 training curves of every modality.
@@ -171,6 +172,42 @@ def forecast(groups: Sequence):
     return fig
 
 
+DEPTH_TABLE = "lengen/acc_by_depth"  # rows [length, depth bucket start, accuracy or None]
+
+
+def depth_accuracy(group) -> dict[int, dict[float, float | None]]:
+    """length -> depth bucket -> mean accuracy over seeds (None: no query fell in the bucket)."""
+    cells: dict[int, dict[float, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for run in group.runs:
+        for length, depth, acc in run.get("tables", {}).get(DEPTH_TABLE, {}).get("rows", []):
+            values = cells[int(length)][float(depth)]
+            if acc is not None:
+                values.append(acc)
+    return {
+        length: {d: (statistics.fmean(v) if v else None) for d, v in sorted(by_depth.items())}
+        for length, by_depth in sorted(cells.items())
+    }
+
+
+def recall_depth(groups: Sequence):
+    """Associative recall: accuracy by depth of the queried pair x length, one heatmap per encoder."""
+    from poslab import plots
+
+    data = {g.label: grid for g in groups if (grid := depth_accuracy(g))}
+    if not data:
+        return None
+    fig, axes = _plt().subplots(
+        1, len(data), figsize=(3.2 * len(data) + 1.2, 3.4), squeeze=False, sharey=True, layout="constrained"
+    )
+    for index, (ax, (label, grid)) in enumerate(zip(axes[0], data.items(), strict=True)):
+        image = plots.draw_depth_heatmap(ax, list(grid), [list(row.values()) for row in grid.values()], label)
+        buckets = len(ax.get_xticks())
+        ax.set_xticks(range(0, buckets, 2), [f"{b / buckets:.1f}" for b in range(0, buckets, 2)])
+        ax.set(xlabel="depth of the queried pair", ylabel="sequence length" if index == 0 else "")
+    fig.colorbar(image, ax=axes[0].tolist(), shrink=0.9, label="accuracy (mean over seeds)")
+    return fig
+
+
 def _mean_curve(runs: Sequence[dict], key: str) -> dict[int, float]:
     """Mean over seeds at every step that all of the runs recorded."""
     per_step: dict[int, list[float]] = defaultdict(list)
@@ -208,6 +245,7 @@ def figures(modality: str, groups: Sequence) -> Iterator[tuple[str, str, Any]]:
         ("lengen_loss", "loss vs evaluation length", lambda: length_curves(groups, "lengen/loss", "loss (nats/char)")),
         ("lengen_acc", "accuracy vs evaluation length", lambda: length_curves(groups, "lengen/acc", "accuracy")),
         ("rope_scaling", "context extensions at evaluation", lambda: scaling_curves(groups, "lengen/loss", "loss")),
+        ("recall_depth", "recall accuracy by depth and length", lambda: recall_depth(groups)),
         ("resolution", "accuracy vs image size", lambda: resolution(groups)),
         ("forecast", "forecast error by horizon and under irregular sampling", lambda: forecast(groups)),
         ("training", "training curves", lambda: training_curves(groups)),

@@ -132,3 +132,17 @@ def test_causal_bias_kernels_agree_with_the_explicit_mask(learned, bias_batch, b
     expected = torch.autograd.grad((reference * weights).sum(), inputs)
     for got, want in zip(grads, expected, strict=True):
         torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-4)
+
+
+def test_learned_bias_backward_in_bfloat16_matches_float32():
+    """bf16 autocast on the CPU: the learned-bias backward computes in float32 and returns each input's dtype."""
+    torch.manual_seed(0)
+    q, k, v, bias = torch.randn(2, 2, 9, 8), torch.randn(2, 2, 9, 8), torch.randn(2, 2, 9, 8), torch.randn(1, 2, 9, 9)
+    grads = {}
+    for dtype in (torch.float32, torch.bfloat16):
+        inputs = [t.clone().to(dtype).requires_grad_() for t in (q, k, v, bias)]
+        out = attend(*inputs[:3], AttentionBias(inputs[3], causal=True), causal=True, dropout=0.0)
+        grads[dtype] = torch.autograd.grad(out.float().square().sum(), inputs)
+    for low, full in zip(grads[torch.bfloat16], grads[torch.float32], strict=True):
+        assert low.dtype == torch.bfloat16
+        torch.testing.assert_close(low.float(), full, atol=0.08, rtol=0.05)
