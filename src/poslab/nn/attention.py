@@ -50,18 +50,20 @@ class _CausalFlashWithLearnedBias(torch.autograd.Function):
         q2, k2, v2, g2 = (t.float().contiguous().view(batch * heads, length, dim) for t in (q, k, v, grad_out))
         dq, dk, dv = torch.empty_like(q2), torch.zeros_like(k2), torch.zeros_like(v2)
         shared = bias.shape[0] == 1  # one bias broadcast over the batch: its gradient sums the batch
-        dbias = torch.zeros(bias.shape, dtype=torch.float32, device=bias.device)
+        dbias = torch.empty(bias.shape, dtype=torch.float32, device=bias.device)  # each entry written once below
+        scaled_q = q2 * scale  # scaling the [L, Dh] queries saves a pass over the [L, L] scores
         block = max(1, _BIAS_GRAD_ELEMENTS // (batch * heads * length))
         for start in range(0, length, block):  # causal: rows start..end see keys 0..end only
             end = min(start + block, length)
             rows, seen = slice(start, end), slice(0, end)
-            probs = torch.bmm(q2[:, rows], k2[:, seen].transpose(1, 2)).view(batch, heads, end - start, end)
-            probs = probs.mul_(scale).add_(bias[:, :, rows, seen]).sub_(lse[:, :, rows, None]).exp_()
+            probs = torch.bmm(scaled_q[:, rows], k2[:, seen].transpose(1, 2)).view(batch, heads, end - start, end)
+            probs = probs.add_(bias[:, :, rows, seen]).sub_(lse[:, :, rows, None]).exp_()
             future = torch.ones(end - start, end - start, dtype=torch.bool, device=q.device).triu(1)
             probs[..., start:end].masked_fill_(future, 0.0)  # only the diagonal part reaches the future
             grads = torch.bmm(g2[:, rows], v2[:, seen].transpose(1, 2)).view(batch, heads, end - start, end)
             grads = grads.sub_(delta[:, :, rows]).mul_(probs)  # dS
             dbias[:, :, rows, seen] = grads.sum(0, keepdim=True) if shared else grads
+            dbias[:, :, rows, end:] = 0.0  # the future: no gradient
             probs, grads = probs.view(batch * heads, end - start, end), grads.view(batch * heads, end - start, end)
             torch.bmm(grads, k2[:, seen], out=dq[:, rows])  # dQ = dS K
             dk[:, seen].baddbmm_(grads.transpose(1, 2), q2[:, rows])  # dK = dSᵀ Q
@@ -86,7 +88,9 @@ class AttentionBias:
     """
 
     def __init__(self, bias: torch.Tensor | None, causal: bool, allowed: torch.Tensor | None = None) -> None:
-        self.bias, self.causal, self.allowed = bias, causal, allowed
+        # contiguous once here, not once per layer inside the kernel (a Toeplitz bias is a strided view)
+        self.bias = None if bias is None else bias.contiguous()
+        self.causal, self.allowed = causal, allowed
         self._masked: torch.Tensor | None = None
 
     def masked(self) -> torch.Tensor:
