@@ -192,3 +192,23 @@ def test_recall_accuracy_by_depth_is_averaged_over_seeds_and_tabled(tmp_path):
     assert "Recall accuracy by depth of the queried pair (0 = start), 128 tokens:" in text
     assert "| `alibi` | 0.20 | 0.60 |" in text and "| `alibi` | 1.00 | — |" in text
     assert (path.parent / "text-default-recall_depth.png").exists()
+
+
+def test_recall_depth_panels_share_every_length(tmp_path):
+    """Encoders evaluated at different lengths: every panel has a row per length (missing ones blank)."""
+    runs = tmp_path / "runs"
+    for encoder, lengths in (("alibi", (16, 32)), ("learned", (16,))):
+        fake_run(runs, "text", encoder, 0, {"lengen/acc@1x": 1.0}, {})
+        summary = runs / "text" / f"{encoder}-s0" / "summary.json"
+        payload = json.loads(summary.read_text())
+        rows = [[n, d, 0.5] for n in lengths for d in (0.0, 0.5)]
+        payload["tables"] = {"lengen/acc_by_depth": {"columns": ["length", "depth", "acc"], "rows": rows}}
+        summary.write_text(json.dumps(payload))
+    fig = report_figures.recall_depth(group_runs(find_summaries([runs])))
+    panels = [ax for ax in fig.axes if ax.get_title()]
+    assert [ax.get_title() for ax in panels] == ["alibi", "learned"]
+    fig.canvas.draw()
+    assert [t.get_text() for t in panels[0].get_yticklabels()] == ["16", "32"]
+    for ax in panels:
+        assert ax.images[0].get_array().shape == (2, 2)  # rows: lengths 16, 32; columns: depths 0.0, 0.5
+    assert ax.images[0].get_array().mask[1].all()  # `learned` has no 32-token row: blank

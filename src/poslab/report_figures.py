@@ -196,11 +196,14 @@ def recall_depth(groups: Sequence):
     data = {g.label: grid for g in groups if (grid := depth_accuracy(g))}
     if not data:
         return None
+    lengths = sorted({n for grid in data.values() for n in grid})  # shared rows: panels share the y axis
+    depths = sorted({d for grid in data.values() for row in grid.values() for d in row})
     fig, axes = _plt().subplots(
         1, len(data), figsize=(3.2 * len(data) + 1.2, 3.4), squeeze=False, sharey=True, layout="constrained"
     )
     for index, (ax, (label, grid)) in enumerate(zip(axes[0], data.items(), strict=True)):
-        image = plots.draw_depth_heatmap(ax, list(grid), [list(row.values()) for row in grid.values()], label)
+        rows = [[grid.get(n, {}).get(d) for d in depths] for n in lengths]
+        image = plots.draw_depth_heatmap(ax, lengths, rows, label)
         buckets = len(ax.get_xticks())
         ax.set_xticks(range(0, buckets, 2), [f"{b / buckets:.1f}" for b in range(0, buckets, 2)])
         ax.set(xlabel="depth of the queried pair", ylabel="sequence length" if index == 0 else "")
