@@ -4,7 +4,16 @@ from __future__ import annotations
 
 import json
 
-from poslab.bench import RECORD_KEYS, TARGETS, BenchConfig, main, peak_memory, peak_memory_child, time_steps
+from poslab.bench import (
+    RECORD_KEYS,
+    TARGETS,
+    BenchConfig,
+    main,
+    peak_memory,
+    peak_memory_child,
+    round_ratios,
+    time_steps,
+)
 from poslab.encoders import available_encoders
 
 TINY = BenchConfig(length=32, batch=2, dim=32, depth=1, heads=2, rounds=1, steps=1)
@@ -14,6 +23,14 @@ def test_every_text_encoder_is_timed():
     times = time_steps(available_encoders("text"), TINY)
     assert set(times) == set(available_encoders("text"))
     assert all(t > 0 for t in times.values())
+
+
+def test_time_ratios_are_taken_within_each_round():
+    """The machine slows down between rounds: per-round ratios see 1.1 every time; medians would not."""
+    samples = {"none": [100.0, 300.0, 200.0], "t5": [110.0, 330.0, 220.0], "alibi": [100.0, 300.0, 200.0]}
+    assert round_ratios(samples) == {"none": 1.0, "t5": 1.1, "alibi": 1.0}
+    samples["t5"] = [110.0, 180.0, 330.0]  # ratios 1.1, 0.6, 1.65: median 1.1; ratio of medians 180 / 200 = 0.9
+    assert round_ratios(samples)["t5"] == 1.1
 
 
 def test_peak_memory_in_process_and_in_a_fresh_process():

@@ -1,9 +1,10 @@
 """``make bench``: step time and peak memory of each 1D encoder against ``none``.
 
 One training step (forward + backward + AdamW) of the text model at a long
-context, for every registered text encoder. Times are medians over rounds
-that interleave the encoders, so machine noise hits all of them alike; ratios
-are taken within this one run. Peak memory is measured in a fresh process per
+context, for every registered text encoder. Rounds interleave the encoders;
+times are medians over rounds, and each time ratio is the median of the
+per-round ratios to ``none`` (same round, seconds apart), so a machine whose
+speed drifts over minutes does not skew it. Peak memory is measured in a fresh process per
 encoder: on a GPU ``torch.cuda.max_memory_allocated``; on the CPU the heap in
 use (glibc ``mallinfo2``: malloc'd plus mmap'd bytes, where PyTorch's CPU
 tensors live) sampled after every module's forward and backward, minus what
@@ -74,6 +75,11 @@ def build(name: str, cfg: BenchConfig):
 
 def time_steps(names: list[str], cfg: BenchConfig) -> dict[str, float]:
     """Median ms per step, rounds interleaving the encoders."""
+    return {n: statistics.median(v) for n, v in time_samples(names, cfg).items()}
+
+
+def time_samples(names: list[str], cfg: BenchConfig) -> dict[str, list[float]]:
+    """ms per step of every encoder in each round; a round runs every encoder once, back to back."""
     steps = {n: build(n, cfg) for n in names}
     for step in steps.values():  # warm-up: allocator, caches, kernels
         step()
@@ -84,7 +90,19 @@ def time_steps(names: list[str], cfg: BenchConfig) -> dict[str, float]:
             for _ in range(cfg.steps):
                 step()
             samples[name].append(1000 * (time.perf_counter() - start) / cfg.steps)
-    return {n: statistics.median(v) for n, v in samples.items()}
+    return samples
+
+
+def round_ratios(samples: dict[str, list[float]], reference: str = "none") -> dict[str, float]:
+    """Median over rounds of each encoder's time / the reference's time *in the same round*.
+
+    A shared machine's speed drifts by tens of percent over minutes (measured
+    here: ``none`` 345 → 457 ms a step within an hour); a ratio taken within one
+    round, seconds apart, cancels that drift, where a ratio of medians over all
+    rounds does not.
+    """
+    base = samples[reference]
+    return {n: statistics.median(t / b for t, b in zip(v, base, strict=True)) for n, v in samples.items()}
 
 
 def heap_in_use() -> int:
@@ -154,10 +172,11 @@ def run(cfg: BenchConfig, lengths: list[int] | None = None) -> list[dict]:
     rows = []
     for length in lengths or [cfg.length]:
         at = replace(cfg, length=length)
-        times = time_steps(names, at)
+        samples = time_samples(names, at)
+        times, ratios = {n: statistics.median(v) for n, v in samples.items()}, round_ratios(samples)
         memory = {n: peak_memory(n, at) for n in names}
         for name in names:
-            time_ratio, mem_ratio = times[name] / times["none"], memory[name] / max(memory["none"], 1e-9)
+            time_ratio, mem_ratio = ratios[name], memory[name] / max(memory["none"], 1e-9)
             target_t, target_m = TARGETS.get(name, (None, None)) if length == TARGET_LENGTH else (None, None)
             ok = None
             if target_t is not None:

@@ -31,7 +31,7 @@ class _CausalFlashWithLearnedBias(torch.autograd.Function):
     rowsum(dO ⊙ O)) that the q/k/v gradients need are computed once and also
     give the bias gradient Σ_b dS_b (Dao et al. 2022, FlashAttention, Alg. 4).
     Keys above the diagonal are skipped. Measured with ``make bench`` at
-    L = 1024: 1.1–1.3× the step time of ``none``, where calling ATen's flash
+    L = 1024: 1.2× the step time of ``none``, where calling ATen's flash
     backward and recomputing P and dP for the bias next to it gave 1.5×.
     """
 
