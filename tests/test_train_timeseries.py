@@ -84,3 +84,33 @@ def test_multivariate_series_train_channel_independently(tiny_ts, weekday_csv, t
     for layout in ("patch", "query"):
         summary = train(compose([*overrides, f"model.layout={layout}", f"run.name={layout}"]))
         assert summary["metrics"]["test/mse"] > 0
+
+
+@pytest.mark.parametrize("encoder", ["alibi", "t5"])
+def test_relative_biases_take_the_form_of_the_models_attention(encoder):
+    """The forecaster attends both ways: ALiBi must be symmetric in i - j (the causal form favours keys after
+    the query), T5 must give keys after the query their own buckets (the causal form puts them all in the
+    distance-0 bucket); the causal LM keeps the causal forms; an explicit setting wins."""
+    import torch
+
+    from poslab.config import to_dict
+    from poslab.tasks.forecasting import ForecastTask
+    from poslab.tasks.language_model import LanguageModel
+
+    forecast_cfg = to_dict(compose(["modality=timeseries", f"encoder={encoder}"]))
+    forecaster = ForecastTask(forecast_cfg, lookback=48, horizon=24, channels=1, context={})
+    text = LanguageModel(to_dict(compose(["modality=text", f"encoder={encoder}"])), vocab_size=8, context={})
+    assert forecaster.encoder.bidirectional is True and text.encoder.bidirectional is False
+    pos = torch.arange(6)
+    if encoder == "alibi":
+        bias = forecaster.encoder.attention_bias(pos, pos)
+        torch.testing.assert_close(bias, bias.transpose(-1, -2))
+        assert (bias[..., 0, 1:] < 0).all()  # keys after the query: penalised by distance, not favoured
+    else:
+        from poslab.encoders.t5 import t5_buckets
+
+        after = t5_buckets(torch.arange(1, 6), True, 32, 128)
+        assert len(set(after.tolist())) == 5 and 0 not in after.tolist()  # their own buckets, one per distance
+        assert t5_buckets(torch.arange(1, 6), False, 32, 128).tolist() == [0] * 5  # what the causal form did
+    overridden = to_dict(compose(["modality=timeseries", f"encoder={encoder}", "encoder.bidirectional=false"]))
+    assert ForecastTask(overridden, lookback=48, horizon=24, channels=1, context={}).encoder.bidirectional is False

@@ -25,6 +25,7 @@ examples:
   poslab report runs/text                        Markdown + PNG report from summary.json files
   poslab list                                    modalities and their encoders
   poslab bench --lengths 256 1024 2048          encoder step time / memory vs none
+  poslab show rope layout=interleaved --json     what an encoder does to positions: PNG + numbers
 """
 
 
@@ -35,7 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    sub = parser.add_subparsers(dest="command", metavar="{train,eval,compare,report,list,bench}")
+    sub = parser.add_subparsers(dest="command", metavar="{train,eval,compare,report,list,bench,show}")
     train = sub.add_parser("train", help="train one model (key=value overrides)")
     train.add_argument("overrides", nargs="*", metavar="key=value")
     train.add_argument("--print-config", action="store_true", help="print the resolved config and exit")
@@ -52,6 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
     listing.add_argument("modality", nargs="?")
     # bench parses its own options (--lengths, --batch, ...): main() hands them over untouched
     sub.add_parser("bench", help="time and memory of each 1D encoder against none (--lengths, --batch, ...)")
+    sub.add_parser("show", help="draw what a 1D encoder does: ENCODER [key=value ...] [--length --out --json]")
     return parser
 
 
@@ -61,6 +63,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from poslab.bench import main as bench_main
 
         return bench_main(argv[1:])
+    if argv[:1] == ["show"]:
+        from poslab.show import main as show_main
+
+        return show_main(argv[1:])
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command is None:

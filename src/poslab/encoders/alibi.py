@@ -6,7 +6,8 @@ two the geometric series starting at 2^(−8/H) with the same ratio; otherwise
 the series of the closest lower power of two followed by every other slope of
 the next power's series (the official ``get_slopes``; mlx#343 and
 transformers#28380 got this wrong). ``bidirectional=True`` uses the symmetric
-−m_h·|i − j| form for encoders.
+−m_h·|i − j| form for models that attend both ways; left ``None`` in the
+config, the task sets it from the model's attention.
 
 The bias is added after the ``q·k/√d`` scaling (as in the paper's fairseq code).
 """
@@ -40,9 +41,9 @@ class ALiBi(PositionEncoder):
     modalities = ("text", "timeseries")
     reads = "steps"
 
-    def __init__(self, dim: int, num_heads: int, bidirectional: bool = False) -> None:
+    def __init__(self, dim: int, num_heads: int, bidirectional: bool | None = None) -> None:
         super().__init__(dim, num_heads)
-        self.bidirectional = bidirectional
+        self.bidirectional = bool(bidirectional)  # None: the model did not say; the causal form
         self.register_buffer("slopes", torch.tensor(alibi_slopes(num_heads)), persistent=False)
 
     def attention_bias(self, q_pos, k_pos):

@@ -5,7 +5,7 @@ small distances, logarithmically wider up to ``max_distance``, one bucket for
 everything beyond — and each head learns one scalar per bucket. Bucketing as
 in the reference implementation (mesh-tensorflow / HF ``_relative_position_bucket``):
 bidirectional models spend half the buckets on each direction; causal models
-only look back.
+only look back (``bidirectional`` left ``None`` in the config follows the model).
 
 T5 itself does not scale q·k by 1/√d (transformers#46946); here the bias is
 added after SDPA's scaling, and being learned, it absorbs the difference.
@@ -53,12 +53,17 @@ class T5Bias(PositionEncoder):
     reads = "steps"
 
     def __init__(
-        self, dim: int, num_heads: int, num_buckets: int = 32, max_distance: int = 128, bidirectional: bool = False
+        self,
+        dim: int,
+        num_heads: int,
+        num_buckets: int = 32,
+        max_distance: int = 128,
+        bidirectional: bool | None = None,
     ) -> None:
         super().__init__(dim, num_heads)
         self.num_buckets = num_buckets
         self.max_distance = max_distance
-        self.bidirectional = bidirectional
+        self.bidirectional = bool(bidirectional)  # None: the model did not say; causal bucketing
         self.bias = nn.Embedding(num_buckets, num_heads)
         nn.init.zeros_(self.bias.weight)
 

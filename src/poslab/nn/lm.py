@@ -19,6 +19,8 @@ class CausalLM(nn.Module):
     et al. scale theirs by √d. Position enters only through the encoder's hooks.
     """
 
+    causal = True  # the encoder is built knowing it (a relative bias takes its causal form)
+
     def __init__(
         self,
         encoder: PositionEncoder,
@@ -35,7 +37,7 @@ class CausalLM(nn.Module):
         self.embed = nn.Embedding(vocab_size, dim)
         self.dropout = nn.Dropout(dropout)
         self.backbone = Transformer(
-            encoder, dim=dim, depth=depth, num_heads=num_heads, mlp_ratio=mlp_ratio, dropout=dropout, causal=True
+            encoder, dim=dim, depth=depth, num_heads=num_heads, mlp_ratio=mlp_ratio, dropout=dropout, causal=self.causal
         )
         self.head = nn.Linear(dim, vocab_size, bias=False)
         for module in (self.head, *self.backbone.blocks.modules()):  # the encoder keeps its own init

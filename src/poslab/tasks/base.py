@@ -20,10 +20,17 @@ class PositionTask(L.LightningModule):
         super().__init__()
         self.cfg = cfg
 
-    def build_encoder(self, context: dict[str, Any]) -> PositionEncoder:
-        """``cfg.encoder`` with the options the data knows (``context``) filled in."""
+    def build_encoder(self, context: dict[str, Any], causal: bool = False) -> PositionEncoder:
+        """``cfg.encoder`` with the options the data knows (``context``) filled in.
+
+        ``causal``: the model's attention. A relative bias left ``bidirectional:
+        null`` (ALiBi, T5) follows it: a bidirectional model needs the symmetric
+        form, or keys *after* the query would get ALiBi's bias growing with
+        distance and T5's bucket of distance 0.
+        """
         options = dict(self.cfg["encoder"])
         model = self.cfg["model"]
+        context = {"bidirectional": not causal, **context}
         return build_encoder_in_context(
             options.pop("name"), dim=model["dim"], num_heads=model["num_heads"], options=options, context=context
         )

@@ -20,7 +20,7 @@ class LanguageModel(PositionTask):
         super().__init__(cfg)
         self.save_hyperparameters()
         model_cfg = cfg["model"]
-        encoder = self.build_encoder(context)
+        encoder = self.build_encoder(context, causal=CausalLM.causal)
         self.model = CausalLM(
             encoder,
             vocab_size=vocab_size,

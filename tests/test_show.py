@@ -1,0 +1,78 @@
+"""``poslab show``: the numbers behind each encoder's picture, the figure file, and clear errors."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from poslab.cli import main
+from poslab.encoders import available_encoders
+from poslab.encoders.alibi import alibi_slopes
+
+SINUSOID_GOLDEN = [  # the issue's dim-4 golden values, positions 0..3
+    [0.000, 1.000, 0.000, 1.000],
+    [0.841, 0.540, 0.010, 1.000],
+    [0.909, -0.416, 0.020, 1.000],
+    [0.141, -0.990, 0.030, 1.000],
+]
+
+
+def show_json(capsys, *args) -> dict:
+    assert main(["show", *args, "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+@pytest.mark.parametrize("encoder", available_encoders("text"))
+def test_every_1d_encoder_is_drawn(encoder, tmp_path, capsys):
+    out = tmp_path / f"{encoder}.png"
+    numbers = show_json(capsys, encoder, "--length", "12", "--dim", "16", "--heads", "2", "--out", str(out))
+    assert out.stat().st_size > 1000 and numbers["encoder"] == encoder and numbers["length"] == 12
+    drawn = {"table", "similarity", "score_vs_distance", "bias"} & set(numbers)
+    assert drawn, "every encoder shows something (none: its all-zero similarity)"
+
+
+def test_sinusoidal_table_is_the_golden_one(capsys, tmp_path):
+    numbers = show_json(capsys, "sinusoidal", "--dim", "4", "--length", "4", "--out", str(tmp_path / "s.png"))
+    for row, golden in zip(numbers["table"], SINUSOID_GOLDEN, strict=True):
+        assert row == pytest.approx(golden, abs=5e-4)
+    assert numbers["hooks"] == ["encode_input"] and not numbers["learned"]
+
+
+def test_rope_score_peaks_at_distance_zero_and_follows_the_cosine_sum(capsys, tmp_path):
+    out = str(tmp_path / "r.png")
+    numbers = show_json(capsys, "rope", "--dim", "32", "--heads", "2", "--length", "20", "--out", out)
+    score = numbers["score_vs_distance"]["score"]
+    head_dim = 16
+    assert score[0] == pytest.approx(math.sqrt(head_dim))  # <1, 1> / sqrt(Dh)
+    thetas = [10000 ** (-2 * k / head_dim) for k in range(head_dim // 2)]
+    for d in (1, 7, 19):  # RoFormer: sum_k 2 cos(theta_k d) / sqrt(Dh)
+        assert score[d] == pytest.approx(sum(2 * math.cos(t * d) for t in thetas) / math.sqrt(head_dim), abs=1e-4)
+    assert max(score[1:]) < score[0]
+
+
+def test_alibi_bias_per_head_is_the_paper_slope_times_distance_with_the_future_blank(capsys, tmp_path):
+    out = str(tmp_path / "a.png")
+    numbers = show_json(capsys, "alibi", "--heads", "4", "--dim", "16", "--length", "6", "--out", out)
+    for head, slope in enumerate(alibi_slopes(4)):
+        matrix = numbers["bias"][head]
+        for i in range(6):
+            assert matrix[i][: i + 1] == pytest.approx([-slope * (i - j) for j in range(i + 1)])
+            assert matrix[i][i + 1 :] == [None] * (5 - i)  # the causal model never reads them
+
+
+def test_options_reach_the_encoder_and_bad_input_is_one_clear_line(capsys, tmp_path):
+    base = show_json(capsys, "rope", "--length", "8", "--out", str(tmp_path / "1.png"))
+    slow = show_json(capsys, "rope", "base=10", "--length", "8", "--out", str(tmp_path / "2.png"))
+    assert slow["score_vs_distance"]["score"][1] != pytest.approx(base["score_vs_distance"]["score"][1])
+    for args, message in (
+        (["rope", "layuot=half"], "did you mean 'layout'"),
+        (["rope2d"], "valid: alibi"),
+        (["learned", "max_len=4", "--length", "8"], "max_len=4"),
+        (["rope", "half"], "key=value"),
+    ):
+        assert main(["show", *args, "--out", str(tmp_path / "x.png")]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith("poslab show: error:") and message in err and len(err.splitlines()) == 1
+    assert not (tmp_path / "x.png").exists()  # nothing written for bad input
