@@ -49,6 +49,7 @@ def run_cli(capsys, *argv):
         (["train", "trainer=tpu"], "unknown trainer 'tpu' (did you mean 'gpu'?); valid: cpu, ddp, gpu"),
         (["eval"], "poslab eval needs exactly one ckpt=PATH"),
         (["eval", "ckpt=/nonexistent.ckpt"], "checkpoint /nonexistent.ckpt does not exist"),
+        (["compare", "seeds=2"], "poslab compare needs modality=<name>"),
     ],
 )
 def test_bad_input_is_one_line_and_a_nonzero_exit(capsys, argv, expected):

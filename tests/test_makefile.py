@@ -22,6 +22,14 @@ def test_train_without_encoder_uses_the_modality_default():
     assert out.stdout.split() == [".venv/bin/poslab", "train", "modality=vision"]
 
 
+def test_compare_and_report_pass_their_variables():
+    out = make("-n", "compare", "MODALITY=text", "ENCODERS=alibi rope", "SEEDS=2", "ARGS=experiment=needle")
+    assert out.stdout.split() == [
+        ".venv/bin/poslab", "compare", "modality=text", "encoders=[alibi,rope]", "seeds=2", "experiment=needle"
+    ]  # fmt: skip
+    assert make("-n", "report", "DIRS=runs/text runs/vision").stdout.split()[-2:] == ["runs/text", "runs/vision"]
+
+
 def test_eval_needs_a_checkpoint():
     out = make("eval")
     assert out.returncode != 0 and "make eval needs CKPT=" in out.stderr

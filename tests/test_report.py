@@ -149,6 +149,8 @@ def test_compare_end_to_end_resumes_and_logs_a_report_run(tiny, tmp_path):
     logged = {p.name.split("_table_")[0] for p in report_runs[0].glob("files/media/table/compare/*.table.json")}
     assert {"resolution_rescaled_overlay", "resolution_raw_overlay"} <= logged  # the default experiment's curves
     assert list(report_runs[0].glob("files/media/images/compare/figure/*.png"))
+    tags = [{t for t in s["config"]["logger"]["tags"] if t.startswith("compare:")} for s in find_summaries([runs_root])]
+    assert len(tags) == 2 and all(len(t) == 1 for t in tags) and tags[0] == tags[1]  # one comparison id, every run
     again = compare("vision", ["none", "sincos2d"], 1, overrides, tmp_path / "reports", echo=lines.append)
     assert [o.status for o in again["outcomes"]] == ["skipped", "skipped"]
     changed = compare("vision", ["none"], 1, [*overrides, "optim.lr=1e-2"], tmp_path / "reports", echo=lines.append)
@@ -212,3 +214,21 @@ def test_recall_depth_panels_share_every_length(tmp_path):
     for ax in panels:
         assert ax.images[0].get_array().shape == (2, 2)  # rows: lengths 16, 32; columns: depths 0.0, 0.5
     assert ax.images[0].get_array().mask[1].all()  # `learned` has no 32-token row: blank
+
+
+def test_report_states_whether_each_expectation_held_with_params_and_step_time(tmp_path):
+    runs = tmp_path / "runs"
+    expect = ["alibi: lengen/loss@4x <= 1.05 * lengen/loss@1x", "rope: lengen/loss@4x < alibi:lengen/loss@4x"]
+    for encoder, loss4 in (("alibi", 1.5), ("rope", 2.5)):
+        for seed in (0, 1):
+            run = fake_summary(runs, encoder, seed, {"lengen/loss@1x": 1.5, "lengen/loss@4x": loss4})
+            payload = json.loads((run / "summary.json").read_text())
+            payload["config"]["expect"] = expect
+            payload["metrics"]["perf/train_step_ms"] = 20.0 + seed
+            (run / "summary.json").write_text(json.dumps(payload))
+    text = build_report([runs], tmp_path / "reports").read_text()
+    assert "**Expected outcome: did not hold.**" in text
+    assert f"| `{expect[0]}` | `alibi` | 1.5000 <= 1.5750 | yes |" in text
+    assert f"| `{expect[1]}` | `rope` | 2.5000 < 1.5000 | **no** |" in text
+    alibi_row = next(line for line in text.splitlines() if line.startswith("| `alibi` |"))
+    assert alibi_row.endswith("| 1,000 | 20.5 |")  # parameter count and mean step time (ms)

@@ -19,6 +19,7 @@ def test_every_text_encoder_trains_a_few_steps(tiny_text, encoder):
     metrics = summary["metrics"]
     assert metrics["val/loss"] > 0 and metrics["test/loss"] > 0
     assert metrics["test/bpc"] == pytest.approx(metrics["test/loss"] / torch.log(torch.tensor(2.0)).item(), rel=1e-5)
+    assert metrics["test/ppl"] == pytest.approx(torch.exp(torch.tensor(metrics["test/loss"])).item(), rel=1e-5)
     assert metrics["lengen/loss@1x"] == pytest.approx(metrics["test/loss"], rel=1e-4)  # same windows at 1x
     rows = summary["tables"]["lengen/loss"]["rows"]
     if encoder == "learned":
@@ -50,9 +51,11 @@ def test_text_checkpoint_re_evaluates(tiny_text):
 def test_text_run_logs_lengen_table_and_chart_to_wandb(tiny_text):
     overrides = [o for o in tiny_text if not o.startswith("logger=")]
     summary = train(compose([*overrides, "logger=wandb", "logger.mode=offline", "encoder=rope"]))
-    tables = list(Path(summary["wandb"]["dir"], "files", "media", "table").rglob("*.table.json"))
-    names = {p.name.split("_")[0] for p in tables}
-    assert any("lengen" in str(p) for p in tables), names
+    media = Path(summary["wandb"]["dir"], "files", "media")
+    tables = [p.relative_to(media).as_posix() for p in media.joinpath("table").rglob("*.table.json")]
+    assert any(t.startswith("table/lengen/loss_") and "curve" not in t for t in tables), tables  # the table
+    assert any(t.startswith("table/lengen/loss_curve") for t in tables), tables  # the line plot's data
+    assert list(media.joinpath("images", "lengen").glob("loss_*.png"))  # the PNG
 
 
 @pytest.mark.parametrize("task", ["copy", "reverse", "associative_recall"])

@@ -120,6 +120,29 @@ def test_wikitext_archive_with_a_wrong_checksum_is_refused(tmp_path):
         load_wikitext2(tmp_path, False)
 
 
+def test_wikitext_archive_with_its_checksum_gives_the_three_splits(tmp_path, monkeypatch):
+    import hashlib
+
+    from poslab.data import text_sources
+
+    def archive(name: str, members: dict[str, str]) -> str:
+        path = tmp_path / name / "wikitext-2-raw-v1.zip"
+        path.parent.mkdir()
+        with zipfile.ZipFile(path, "w") as zf:
+            for member, text in members.items():
+                zf.writestr(member, text)
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+
+    splits = {f"wikitext-2-raw/wiki.{s}.raw": f" = {s} = \n" for s in ("train", "valid", "test")}
+    monkeypatch.setattr(text_sources, "WIKITEXT2", (text_sources.WIKITEXT2[0], archive("good", splits)))
+    loaded = load_wikitext2(tmp_path / "good", False)
+    assert (loaded.train, loaded.val, loaded.test) == (" = train = \n", " = valid = \n", " = test = \n")
+    wrong = {"wiki.train.raw": "x"}  # the right checksum, but not the archive's layout
+    monkeypatch.setattr(text_sources, "WIKITEXT2", (text_sources.WIKITEXT2[0], archive("wrong", wrong)))
+    with pytest.raises(DataError, match="is not the WikiText-2 raw archive"):
+        load_wikitext2(tmp_path / "wrong", False)
+
+
 # -- windows and positions ------------------------------------------------------------------
 def test_random_windows_are_shifted_pairs_and_seeded():
     tokens = torch.arange(1000)

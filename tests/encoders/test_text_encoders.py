@@ -85,9 +85,9 @@ def test_half_rope_is_the_interleaved_form_on_permuted_channels():
 def test_rope_cos_sin_are_exact_at_position_100000():
     enc = rope()
     enc.rotate(torch.zeros(1, 1, 1, 16), torch.tensor([100_000]))
-    cos = enc._table[1][100_000].double()
-    exact = torch.cos(100_000 * default_inv_freq(10000.0, 16))
-    assert (cos - exact).abs().max() < 1e-4
+    angles = 100_000 * default_inv_freq(10000.0, 16)
+    assert (enc._table[1][100_000].double() - torch.cos(angles)).abs().max() < 1e-4
+    assert (enc._table[2][100_000].double() - torch.sin(angles)).abs().max() < 1e-4
 
 
 def test_rope_partial_rotary_keeps_the_other_channels():
