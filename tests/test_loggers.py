@@ -90,3 +90,13 @@ def test_tensorboard_preset_writes_event_files(tiny):
     overrides = [o for o in tiny if not o.startswith("logger=")]
     summary = train(compose([*overrides, "logger=tensorboard"]))
     assert list(Path(summary["run_dir"], "tensorboard").glob("events.out.tfevents.*"))
+
+
+def test_wandb_groups_aggregate_seeds_per_experiment_and_encoder():
+    from poslab.loggers import wandb_group
+
+    assert wandb_group(compose(["modality=text", "encoder=alibi", "seed=3"])) == "text-lm-alibi"
+    needle = compose(["experiment=needle", "encoder=alibi"])
+    assert wandb_group(needle) == "text-sequence-needle-alibi"
+    assert wandb_group(compose(["experiment=needle", "encoder=alibi", "seed=1"])) == wandb_group(needle)
+    assert wandb_group(compose(["experiment=needle", "logger.group=mine"])) == "mine"

@@ -50,8 +50,12 @@ def resolve_wandb_mode(mode: str) -> str:
 
 
 def wandb_group(cfg: Any) -> str:
-    """One group per (modality, task, encoder), so seeds aggregate in the dashboard."""
-    return cfg.logger.group or f"{cfg.modality}-{cfg.task.name}-{cfg.encoder.name}"
+    """One group per (modality, task, experiment, encoder), so seeds aggregate in the dashboard and two
+    experiments of one encoder (``needle`` and ``copy`` are both text sequence tasks) do not mix."""
+    if cfg.logger.group:
+        return cfg.logger.group
+    experiment = f"-{cfg.experiment}" if cfg.experiment else ""
+    return f"{cfg.modality}-{cfg.task.name}{experiment}-{cfg.encoder.name}"
 
 
 def flat_columns(cfg: Any) -> dict[str, Any]:
