@@ -75,7 +75,7 @@ def test_report_draws_every_curve_the_runs_measured(tmp_path):
             runs, "text", "rope", seed, {"lengen/loss@1x": 1.7, "lengen/loss@2x": 2.5, "lengen/loss@2x/yarn": 1.8}, {}
         )
         forecast = {"test/mse": 0.1, "test/mse@h1-24": 0.05, "test/mse@h25-48": 0.15, "probe/irregular_mse": 0.3}
-        fake_run(runs, "timeseries", "cyclic", seed, forecast | {"extrap/mse@2xH": 0.2}, {"val/mse": [[5, 0.2]]})
+        fake_run(runs, "timeseries", "cyclic", seed, forecast | {"extrap/mse@2xH": 0.2, "extrap/mse@2xL": 0.25}, {"val/mse": [[5, 0.2]]})
     path = build_report([runs], tmp_path / "reports")
     pictures = sorted(p.name for p in path.parent.glob("*.png"))
     assert pictures == [
@@ -94,6 +94,11 @@ def test_report_draws_every_curve_the_runs_measured(tmp_path):
     assert report_figures.multiples(vision, "resolution/acc") == {}
     text_group = group_runs(find_summaries([runs / "text"]))[0]
     assert report_figures.multiples(text_group, "lengen/loss") == {"base": {1: 1.7, 2: 2.5}, "yarn": {2: 1.8}}
+    series = group_runs(find_summaries([runs / "timeseries"]))
+    panels = report_figures.forecast(series).axes
+    assert [ax.get_title() for ax in panels][1:] == ["irregular-sampling probe", "beyond training (query layout)"]
+    lines = {line.get_label(): list(line.get_ydata()) for line in panels[2].get_lines()}
+    assert lines == {"cyclic 2x horizon": [0.1, 0.2], "cyclic 2x lookback": [0.1, 0.25]}  # 1x = test/mse
     # training curves average the seeds at the steps every seed recorded
     assert report_figures._mean_curve(vision.runs, "train/loss") == {10: 2.0, 20: 1.5}
 
