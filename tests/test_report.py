@@ -75,7 +75,8 @@ def test_report_draws_every_curve_the_runs_measured(tmp_path):
             runs, "text", "rope", seed, {"lengen/loss@1x": 1.7, "lengen/loss@2x": 2.5, "lengen/loss@2x/yarn": 1.8}, {}
         )
         forecast = {"test/mse": 0.1, "test/mse@h1-24": 0.05, "test/mse@h25-48": 0.15, "probe/irregular_mse": 0.3}
-        fake_run(runs, "timeseries", "cyclic", seed, forecast | {"extrap/mse@2xH": 0.2, "extrap/mse@2xL": 0.25}, {"val/mse": [[5, 0.2]]})
+        extrap = {"extrap/mse@2xH": 0.2, "extrap/mse@2xL": 0.25}
+        fake_run(runs, "timeseries", "cyclic", seed, forecast | extrap, {"val/mse": [[5, 0.2]]})
     path = build_report([runs], tmp_path / "reports")
     pictures = sorted(p.name for p in path.parent.glob("*.png"))
     assert pictures == [
