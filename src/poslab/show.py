@@ -62,10 +62,10 @@ def describe(encoder: PositionEncoder, length: int) -> dict[str, Any]:
         "length": length,
         "learned": any(p.requires_grad for p in encoder.parameters()),
     }
+    if "encode_input" in hooks or not hooks:  # none: an all-zero similarity says "nothing" in numbers
+        out["similarity"] = position_similarity(encoder, pos, length).tolist()  # the run's own figure
     if "encode_input" in hooks:
-        table = encoder.encode_input(torch.zeros(1, length, encoder.dim), pos)[0].float()
-        out["table"] = table.tolist()
-        out["similarity"] = (table @ table.T / math.sqrt(encoder.dim)).tolist()
+        out["table"] = encoder.encode_input(torch.zeros(1, length, encoder.dim), pos)[0].float().tolist()
     if "rotate" in hooks:
         ones = torch.ones(1, encoder.num_heads, length, encoder.head_dim)
         rotated = encoder.rotate(ones, pos).float()
@@ -76,8 +76,6 @@ def describe(encoder: PositionEncoder, length: int) -> dict[str, Any]:
         if bias is not None:  # the causal model never reads keys after the query: null there
             bias = bias.float().reshape(-1, length, length).masked_fill(torch.ones(length, length).triu(1).bool(), nan)
             out["bias"] = [[[None if math.isnan(v) else v for v in row] for row in head] for head in bias.tolist()]
-    if not hooks:  # nothing to draw; the similarity says so in numbers
-        out["similarity"] = position_similarity(encoder, pos, length).tolist()
     return out
 
 
@@ -90,7 +88,7 @@ def figure(numbers: dict[str, Any]):
     panels = []  # (title, matrix to draw, or None for the distance curve)
     if "table" in numbers:
         panels.append(("positions x dimensions (added to the tokens)", numbers["table"]))
-        panels.append(("p_i · p_j / √D", numbers["similarity"]))
+        panels.append(("position similarity (p_i · p_j / √D)", numbers["similarity"]))
     if "score_vs_distance" in numbers:
         panels.append(("q·k of a constant q, k vs distance", None))
     panels += [(f"bias, head {h}", matrix) for h, matrix in enumerate(numbers.get("bias", [])[:8])]
