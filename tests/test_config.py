@@ -72,6 +72,13 @@ def test_every_encoder_yaml_matches_its_constructor():
 
 
 # -- errors: one line, naming the key and the closest valid choice ----------------------
+def test_rope_scaling_is_set_key_by_key_from_the_command_line():
+    """``scaling`` defaults to null: its keys still validate against RopeScaling (they were rejected as unknown)."""
+    cfg = compose(["modality=text", "encoder=rope", "encoder.scaling.type=yarn", "encoder.scaling.factor=4"])
+    assert cfg.encoder.scaling.type == "yarn" and cfg.encoder.scaling.factor == 4.0
+    assert cfg.encoder.scaling.beta_fast == 32.0  # the rest from the dataclass defaults
+
+
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
@@ -91,6 +98,14 @@ def test_every_encoder_yaml_matches_its_constructor():
         (["modality=audio"], "unknown modality 'audio'"),
         (["trainer.max_epochs"], "override 'trainer.max_epochs' is not key=value"),
         (["encoder=[a,b]"], "'encoder' selects a config file by name"),
+        (
+            ["modality=text", "encoder=rope", "encoder.scaling.typ=yarn"],
+            "unknown config key 'encoder.scaling.typ' (did you mean 'encoder.scaling.type'?)",
+        ),
+        (
+            ["modality=text", "encoder=rope", "encoder.scaling.type=warp"],
+            "'encoder.scaling.type' expects one of 'none', 'linear', 'ntk', 'dynamic', 'yarn', got 'warp'",
+        ),
     ],
 )
 def test_bad_overrides_are_one_line_errors(overrides, message):

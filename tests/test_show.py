@@ -67,8 +67,8 @@ def test_options_reach_the_encoder_and_bad_input_is_one_clear_line(capsys, tmp_p
     slow = show_json(capsys, "rope", "base=10", "--length", "8", "--out", str(tmp_path / "2.png"))
     assert slow["score_vs_distance"]["score"][1] != pytest.approx(base["score_vs_distance"]["score"][1])
     for args, message in (
-        (["rope", "layuot=half"], "did you mean 'layout'"),
-        (["rope2d"], "valid: alibi"),
+        (["rope", "layuot=half"], "did you mean 'encoder.layout'"),
+        (["rope2d"], "encoders for text: alibi, learned"),
         (["learned", "max_len=4", "--length", "8"], "max_len=4"),
         (["rope", "half"], "key=value"),
     ):

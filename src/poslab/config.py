@@ -230,6 +230,8 @@ def _check_keys(cfg: DictConfig, schema: DictConfig, prefix: str) -> None:
             raise ConfigError(f"unknown config key '{full}'{did_you_mean(full, valid)}")
         child, child_schema = cfg._get_node(key), schema._get_node(key)
         if isinstance(child, DictConfig) and isinstance(child_schema, DictConfig) and not child._is_none():
+            if child_schema._is_none():  # an optional block that defaults to null (rope's scaling): its type's keys
+                child_schema = OmegaConf.structured(child_schema._metadata.ref_type)
             _check_keys(child, child_schema, f"{full}.")
 
 
@@ -266,6 +268,8 @@ def _leaves(node: Any, prefix: str = ""):
 def _field_type(schema: type, key: str) -> Any:
     current: Any = schema
     for part in key.split("."):
+        if typing.get_origin(current) is Union:  # an optional block (``RopeScaling | None``): its dataclass
+            current = next((a for a in typing.get_args(current) if dataclasses.is_dataclass(a)), current)
         hints = typing.get_type_hints(current) if dataclasses.is_dataclass(current) else {}
         if part not in hints:
             return Any

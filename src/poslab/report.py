@@ -125,20 +125,23 @@ def metric_columns(groups: Sequence[Group]) -> list[str]:
     return headline + extra
 
 
+def markdown_table(header: Sequence[str], rows: Iterable[Sequence[str]]) -> list[str]:
+    """The lines of a Markdown table: header, separator, one line per row."""
+    lines = ["| " + " | ".join(header) + " |", "|---" * len(header) + "|"]
+    return lines + ["| " + " | ".join(row) + " |" for row in rows]
+
+
 def table(groups: Sequence[Group], columns: Sequence[str]) -> str:
     """Encoder x metric, mean ± std (n), plus parameter count and median step time."""
-    lines = [
-        "| encoder | " + " | ".join(f"`{c}`" for c in columns) + " | params | ms / step |",
-        "|---" * (len(columns) + 3) + "|",
-    ]
+    rows = []
     for g in groups:
         cells = [str(s) if (s := g.stat(c)) is not None else "—" for c in columns]
         params = g.mean_of("num_params")
         step = g.stat("perf/train_step_ms")
         cells.append(f"{int(params):,}" if params is not None else "—")
         cells.append(f"{step.mean:.1f}" if step else "—")
-        lines.append(f"| `{g.label}` | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+        rows.append([f"`{g.label}`", *cells])
+    return "\n".join(markdown_table(["encoder", *(f"`{c}`" for c in columns), "params", "ms / step"], rows))
 
 
 def variant_tables(groups: Sequence[Group], prefix: str) -> list[str]:
@@ -152,12 +155,12 @@ def variant_tables(groups: Sequence[Group], prefix: str) -> list[str]:
             continue
         lengths = sorted({m for points in variants.values() for m in points})
         lines += [f"`{g.label}`: `{prefix}` with each extension applied at evaluation", ""]
-        lines += ["| extension | " + " | ".join(f"{m}x" for m in lengths) + " |", "|---" * (len(lengths) + 1) + "|"]
+        rows = []
         for variant in variants:
             suffix = "" if variant == "base" else f"/{variant}"
             cells = [str(s) if (s := g.stat(f"{prefix}@{m}x{suffix}")) else "—" for m in lengths]
-            lines.append(f"| {'no scaling' if variant == 'base' else variant} | " + " | ".join(cells) + " |")
-        lines.append("")
+            rows.append(["no scaling" if variant == "base" else variant, *cells])
+        lines += [*markdown_table(["extension", *(f"{m}x" for m in lengths)], rows), ""]
     return lines
 
 
@@ -170,12 +173,11 @@ def depth_tables(groups: Sequence[Group]) -> list[str]:
     for length in sorted({n for grid in grids.values() for n in grid}):
         depths = sorted({d for grid in grids.values() for d in grid.get(length, {})})
         lines += [f"Recall accuracy by depth of the queried pair (0 = start), {length} tokens:", ""]
-        lines += ["| encoder | " + " | ".join(f"{d:.1f}" for d in depths) + " |", "|---" * (len(depths) + 1) + "|"]
-        for label, grid in grids.items():
-            row = grid.get(length, {})
-            cells = ["—" if row.get(d) is None else f"{row[d]:.2f}" for d in depths]
-            lines.append(f"| `{label}` | " + " | ".join(cells) + " |")
-        lines.append("")
+        rows = [
+            [f"`{label}`", *("—" if grid.get(length, {}).get(d) is None else f"{grid[length][d]:.2f}" for d in depths)]
+            for label, grid in grids.items()
+        ]
+        lines += [*markdown_table(["encoder", *(f"{d:.1f}" for d in depths)], rows), ""]
     return lines
 
 
@@ -206,11 +208,10 @@ def expectation_section(groups: Sequence[Group]) -> list[str]:
         return []
     verdicts = [held for *_, held, _ in rows]
     overall = "held" if all(v is True for v in verdicts) else "did not hold" if False in verdicts else "incomplete"
-    lines = [f"**Expected outcome: {overall}.**", "", "| expectation | encoder | values | held |", "|---|---|---|---|"]
-    for text, label, held, detail in rows:
-        mark = {True: "yes", False: "**no**", None: "—"}[held]
-        lines.append(f"| `{text}` | `{label}` | {detail} | {mark} |")
-    return [*lines, ""]
+    marks = {True: "yes", False: "**no**", None: "—"}
+    cells = [[f"`{text}`", f"`{label}`", detail, marks[held]] for text, label, held, detail in rows]
+    header = ["expectation", "encoder", "values", "held"]
+    return [f"**Expected outcome: {overall}.**", "", *markdown_table(header, cells), ""]
 
 
 def build_report(paths: Iterable[str | Path], out_root: str | Path = "reports", title: str | None = None) -> Path:

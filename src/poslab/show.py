@@ -26,22 +26,15 @@ import torch
 from poslab.encoders.base import PositionEncoder
 
 
-def build(name: str, dim: int, heads: int, length: int, options: dict[str, Any]) -> PositionEncoder:
-    """The encoder as ``modality=text`` builds it (YAML defaults, then ``options``); errors name the choices."""
-    from omegaconf import OmegaConf
+def build(name: str, dim: int, heads: int, length: int, options: list[str]) -> PositionEncoder:
+    """The encoder as a ``modality=text`` run composes it (YAML defaults, then ``key=value`` options, validated:
+    an unknown encoder or option is the config's own one-line error naming the choices)."""
+    from poslab.config import compose, to_dict
+    from poslab.encoders import build_encoder_in_context
 
-    from poslab.config import config_dir
-    from poslab.encoders import available_encoders, build_encoder_in_context
-    from poslab.errors import ConfigError
-
-    if name not in available_encoders("text"):
-        valid = ", ".join(available_encoders("text"))
-        raise ConfigError(f"poslab show draws 1D encoders; '{name}' is not one; valid: {valid}")
-    path = config_dir() / "encoder" / f"{name}.yaml"
-    defaults = OmegaConf.to_container(OmegaConf.load(path)) if path.exists() else {}
-    defaults.pop("name", None)
-    context = {"max_len": length, "bidirectional": False}
-    return build_encoder_in_context(name, dim=dim, num_heads=heads, options={**defaults, **options}, context=context)
+    encoder = to_dict(compose(["modality=text", f"encoder={name}", *(f"encoder.{o}" for o in options)]).encoder)
+    context = {"max_len": length, "bidirectional": False}  # the causal text model's facts
+    return build_encoder_in_context(encoder.pop("name"), dim=dim, num_heads=heads, options=encoder, context=context)
 
 
 nan = float("nan")
@@ -122,8 +115,6 @@ def main(argv: list[str] | None = None) -> int:
     import json
     import sys
 
-    from omegaconf import OmegaConf
-
     from poslab import plots
     from poslab.errors import PoslabError
 
@@ -140,8 +131,7 @@ def main(argv: list[str] | None = None) -> int:
         malformed = [o for o in args.options if "=" not in o]
         if malformed:
             raise PoslabError(f"encoder options are key=value, got '{malformed[0]}'")
-        options = OmegaConf.to_container(OmegaConf.from_dotlist(args.options))
-        encoder = build(args.encoder, args.dim, args.heads, args.length, options)
+        encoder = build(args.encoder, args.dim, args.heads, args.length, args.options)
         numbers = describe(encoder, args.length)
     except (PoslabError, ValueError) as exc:
         print(f"poslab show: error: {exc}", file=sys.stderr)
