@@ -77,7 +77,7 @@ def test_list_shows_encoders_and_their_hooks(capsys):
     lines = dict(line.split(": ", 1) for line in out.strip().splitlines())
     assert set(lines) == {"text", "timeseries", "vision"}
     assert "rope2d (rotate)" in lines["vision"] and "sincos2d (encode_input)" in lines["vision"]
-    assert "alibi (attention_bias)" in lines["text"] and "rope (rotate)" in lines["text"]
+    assert "alibi (attention_bias+relative_bias)" in lines["text"] and "rope (rotate)" in lines["text"]
 
 
 def test_train_prints_the_sync_command_when_offline(capsys, tiny):

@@ -50,6 +50,7 @@ def build(name: str, cfg: BenchConfig):
 
     from poslab.encoders import build_encoder_in_context, encoder_options
     from poslab.nn.lm import CausalLM
+    from poslab.positions import Positions
 
     defaults = {k: p.default for k, p in encoder_options(name).items() if p.default is not p.empty}
     encoder = build_encoder_in_context(
@@ -58,7 +59,7 @@ def build(name: str, cfg: BenchConfig):
     model = CausalLM(encoder, vocab_size=96, dim=cfg.dim, depth=cfg.depth, num_heads=cfg.heads).to(cfg.device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
     tokens = torch.randint(0, 96, (cfg.batch, cfg.length + 1), device=cfg.device)
-    steps = torch.arange(cfg.length, device=cfg.device)
+    steps = Positions.consecutive(cfg.length, device=cfg.device)  # what a data module hands over
 
     def step() -> None:
         logits = model(tokens[:, :-1], steps)

@@ -14,6 +14,7 @@ from typing import Any
 
 import lightning as L
 import torch
+from lightning.pytorch.callbacks import ModelCheckpoint
 from matplotlib.figure import Figure
 
 from poslab import plots
@@ -42,6 +43,68 @@ class Reporter(L.Callback):
         self.report["tables"][key] = {"columns": columns, "rows": rows}
 
 
+class PeriodicLast(ModelCheckpoint):
+    """``last.ckpt`` every ``every_n_steps`` training steps, at the end, and when the run is interrupted.
+
+    ``every_n_steps`` None: a tenth of the run's steps, so a kill loses at most
+    about 10 % of it. Only ``last.ckpt`` is kept (the best model has its own callback).
+    """
+
+    def __init__(self, dirpath, every_n_steps: int | None = None) -> None:
+        super().__init__(dirpath=dirpath, save_top_k=0, save_last=True, every_n_train_steps=every_n_steps or 0)
+        self.auto = every_n_steps is None
+
+    @property
+    def state_key(self) -> str:
+        return "PeriodicLast"
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        if self.auto:
+            self._every_n_train_steps = max(1, int(trainer.estimated_stepping_batches) // 10)
+
+    def on_exception(self, trainer, pl_module, exception: BaseException) -> None:
+        """A SIGTERM or Ctrl-C keeps the work done so far (a crash from a bug does not overwrite it)."""
+        from lightning.pytorch.utilities.exceptions import SIGTERMException
+
+        if isinstance(exception, SIGTERMException | KeyboardInterrupt) and not trainer.sanity_checking:
+            self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))
+
+
+class TrainingPosition(L.Callback):
+    """What a resumed run needs beyond the model and optimiser to continue exactly like an uninterrupted one.
+
+    Saved with every checkpoint: the global torch RNG states (dropout, augmentation
+    and randomized positions draw from them), restored when training restarts;
+    and, through :class:`~poslab.data.resumable.ResumableLoader`, how many
+    batches of the epoch training consumed.
+    """
+
+    def __init__(self) -> None:
+        self._pending: dict | None = None
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        loader = trainer.train_dataloader
+        if hasattr(loader, "done"):
+            loader.done = batch_idx + 1
+
+    def state_dict(self) -> dict:
+        state = {"cpu": torch.get_rng_state()}
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            state["cuda"] = torch.cuda.get_rng_state_all()
+        return state
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        self._pending = state_dict
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        """Restore the RNG last thing before the first batch (after the sanity check and the figures)."""
+        if self._pending is not None:
+            torch.set_rng_state(self._pending["cpu"])
+            if "cuda" in self._pending and torch.cuda.is_available():
+                torch.cuda.set_rng_state_all(self._pending["cuda"])
+            self._pending = None
+
+
 class EncoderFigure(Reporter):
     """At the start of a run: the position-only attention scores of the encoder."""
 
@@ -54,7 +117,7 @@ class EncoderFigure(Reporter):
             return
         self._done = True
         pos, length, grid = trainer.datamodule.similarity_positions()
-        scores = position_similarity(module.encoder, pos, length)
+        scores = position_similarity(module.encoder, pos, length, module.device).cpu()
         title = f"encoder '{module.encoder.name}': position-only attention scores"
         self.add_figure(trainer, "encoder/position_similarity", plots.similarity_figure(scores, grid, title))
 
@@ -107,6 +170,13 @@ class History(Reporter):
                 series[-1][1] = float(value)
             else:
                 series.append([step, float(value)])
+
+    def state_dict(self) -> dict:
+        return {"history": self.report["history"]}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        """A resumed run continues the curves of the run it resumes."""
+        self.report["history"] = state_dict["history"]
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         if trainer.global_step % max(trainer.log_every_n_steps, 1) == 0:

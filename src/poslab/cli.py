@@ -10,7 +10,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from poslab.errors import PoslabError
+from poslab.errors import PoslabError, RunInterrupted
 
 EPILOG = """\
 examples:
@@ -18,6 +18,7 @@ examples:
   poslab train encoder=rope2d seed=1             another encoder and seed
   poslab train modality=vision data=fashion_mnist trainer.max_epochs=5
   poslab train logger=csv                        no W&B; logger.mode=offline|disabled also work
+  poslab train resume=last modality=text         continue the newest killed text run (same dir, same W&B run)
   poslab train --print-config encoder=learned2d  show the resolved config and exit
   poslab eval ckpt=runs/vision/<run>/checkpoints/best.ckpt data.image_size=56 data.coords=raw
   poslab train modality=text encoder=alibi       text: length generalisation at 1x..8x the context
@@ -76,6 +77,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         commands = {"train": _train, "eval": _eval, "compare": _compare, "report": _report_cmd}
         commands |= {"list": _list}
         return commands[args.command](args)
+    except RunInterrupted as exc:
+        print(f"poslab: {exc}", file=sys.stderr)
+        return exc.exit_code
     except PoslabError as exc:
         print(f"poslab: error: {exc}", file=sys.stderr)
         return 2
@@ -88,6 +92,10 @@ def _train(args: argparse.Namespace) -> int:
     from poslab.config import compose, to_yaml
 
     cfg = compose(args.overrides)
+    if cfg.resume:
+        from poslab.resume import resumed_config
+
+        cfg = resumed_config(cfg, args.overrides)
     if args.print_config:
         print(to_yaml(cfg), end="")
         return 0

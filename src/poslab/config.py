@@ -163,11 +163,13 @@ def compose(overrides: list[str] | tuple[str, ...] = ()) -> DictConfig:
 FIXED_BY_CHECKPOINT = ("modality", "experiment", "task", "encoder", "model", "optim")
 
 
-def recompose(stored: dict, overrides: list[str] | tuple[str, ...] = ()) -> DictConfig:
-    """A stored (checkpoint) config with overrides of data, trainer, logger, run and seed."""
+def recompose(
+    stored: dict, overrides: list[str] | tuple[str, ...] = (), fixed: tuple[str, ...] = FIXED_BY_CHECKPOINT
+) -> DictConfig:
+    """A stored (checkpoint) config with overrides; by default of data, trainer, logger, run and seed only."""
     cli = Overrides.parse(overrides)
     for key in [*cli.selections, *(k for k, _ in cli.values)]:
-        if key.split(".", 1)[0] in FIXED_BY_CHECKPOINT:
+        if key.split(".", 1)[0] in fixed:
             raise ConfigError(
                 f"'{key}' is fixed by the checkpoint; evaluation may change data.*, trainer, logger, run.* and seed"
             )
@@ -316,6 +318,7 @@ def _plain(value: Any) -> Any:
 #: progress, what a comparison plans or expects of it).
 NOT_HASHED = (
     "run",
+    "resume",
     "logger",
     "trainer.enable_progress_bar",
     "eval.ckpt",

@@ -23,6 +23,14 @@ class DataError(PoslabError):
     """A data file that is missing, corrupt or fails its checksum."""
 
 
+class RunInterrupted(PoslabError):
+    """A run stopped by a signal: its checkpoint is saved, and it exits with 128 + the signal number."""
+
+    def __init__(self, message: str, signal_number: int) -> None:
+        super().__init__(message)
+        self.exit_code = 128 + signal_number
+
+
 def closest(word: str, choices: Iterable[str]) -> str | None:
     """The closest valid spelling of ``word``, or None when nothing is close."""
     matches = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.5)

@@ -70,8 +70,12 @@ def flat_columns(cfg: Any) -> dict[str, Any]:
     }
 
 
-def build_logger(cfg: Any, run_dir: Path, run_name: str, job_type: str = "train"):
-    """The Lightning logger for ``cfg.logger`` (None for ``logger=none``)."""
+def build_logger(cfg: Any, run_dir: Path, run_name: str, job_type: str = "train", wandb_id: str | None = None):
+    """The Lightning logger for ``cfg.logger`` (None for ``logger=none``).
+
+    ``wandb_id``: the W&B run id, fixed when the run starts so that a resumed
+    run continues the same W&B run (``resume="allow"``).
+    """
     kind = cfg.logger.name
     if kind == "none":
         return None
@@ -101,6 +105,7 @@ def build_logger(cfg: Any, run_dir: Path, run_name: str, job_type: str = "train"
         log_model=cfg.logger.log_model and mode == "online",
         mode=mode,
         config=flat_columns(cfg),
+        **({"id": wandb_id, "resume": "allow"} if wandb_id else {}),
     )
     logger.experiment  # start the run now (Lightning also sets trainer/global_step as x-axis)  # noqa: B018
     return logger

@@ -30,6 +30,7 @@ Number = Union[int, float]
 class RunConfig:
     root: str = MISSING
     name: Optional[str] = MISSING
+    checkpoint_every_n_steps: Optional[int] = None
 
 
 @dataclass
@@ -310,6 +311,7 @@ def root_schema(modality: str, encoder: type) -> type:
             ("expect", list[str], field(default_factory=list)),
             ("compare_encoders", list[str], field(default_factory=list)),
             ("compare_experiment", Optional[str], None),
+            ("resume", Optional[str], None),
             ("task", parts.task, field(default_factory=parts.task)),
             ("encoder", encoder, field(default_factory=encoder)),
             ("data", parts.data, field(default_factory=parts.data)),

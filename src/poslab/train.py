@@ -9,6 +9,7 @@ last, atomically: a run directory without one did not finish.
 from __future__ import annotations
 
 import secrets
+import signal
 import time
 import warnings
 from collections.abc import Iterator
@@ -21,7 +22,8 @@ from omegaconf import DictConfig
 
 from poslab import __version__
 from poslab.config import recompose, to_dict
-from poslab.errors import PoslabError
+from poslab.errors import PoslabError, RunInterrupted
+from poslab.resume import LAST_CHECKPOINT, read_record, write_record
 from poslab.rundir import RUN_NAME_ENV, create_run_dir, remove_run_dir, run_name, write_summary
 
 warnings.filterwarnings("ignore", ".*does not have many workers.*")  # in-memory data: workers only cost
@@ -45,11 +47,18 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     datamodule.setup("fit")
     task = build_task(cfg, datamodule)
 
-    name = run_name(cfg)
+    resuming = bool(cfg.resume)
+    if resuming:  # resume.resumed_config has checked the directory and the config
+        run_dir, name = Path(cfg.resume), Path(cfg.resume).name
+        wandb_id = read_record(run_dir).get("wandb_id")
+    else:
+        name = run_name(cfg)
+        run_dir = create_run_dir(cfg, name)
+        wandb_id = secrets.token_hex(4)
+        write_record(run_dir, cfg, wandb_id)
     os.environ[RUN_NAME_ENV] = name  # DDP children re-run the command and must find the same directory
-    run_dir = create_run_dir(cfg, name)
     try:
-        with logged_run(cfg, run_dir, name, "train") as logger:
+        with logged_run(cfg, run_dir, name, "train", wandb_id=wandb_id, keep=resuming) as logger:
             return _fit_and_test(cfg, datamodule, task, run_dir, name, logger, start)
     finally:
         if "LOCAL_RANK" not in os.environ:
@@ -57,10 +66,11 @@ def train(cfg: DictConfig) -> dict[str, Any]:
 
 
 def _fit_and_test(cfg, datamodule, task, run_dir: Path, name: str, logger: Any, start: float) -> dict[str, Any]:
-    """Fit, test the best checkpoint, write the summary."""
+    """Fit (from ``checkpoints/last.ckpt`` when resuming), test the best checkpoint, write the summary."""
     from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint
+    from lightning.pytorch.utilities.exceptions import SIGTERMException
 
-    from poslab.callbacks import EncoderFigure, History, StepTimer
+    from poslab.callbacks import EncoderFigure, History, PeriodicLast, StepTimer, TrainingPosition
 
     monitor, mode = task.monitor
     checkpoint = ModelCheckpoint(
@@ -68,14 +78,28 @@ def _fit_and_test(cfg, datamodule, task, run_dir: Path, name: str, logger: Any, 
         filename="best",
         monitor=monitor,
         mode=mode,
-        save_last=True,
         auto_insert_metric_name=False,
     )
-    callbacks = [checkpoint, StepTimer(), History(), EncoderFigure(), *task.report_callbacks(cfg)]
+    periodic = PeriodicLast(run_dir / "checkpoints", cfg.run.checkpoint_every_n_steps)
+    callbacks = [checkpoint, periodic, TrainingPosition(), StepTimer(), History(), EncoderFigure()]
+    callbacks += task.report_callbacks(cfg)
     if logger is not None:
         callbacks.append(LearningRateMonitor(logging_interval="step"))
     trainer = build_trainer(cfg, run_dir, logger, callbacks)
-    trainer.fit(task, datamodule=datamodule)
+    last = run_dir / LAST_CHECKPOINT
+    try:
+        trainer.fit(task, datamodule=datamodule, ckpt_path=str(last) if cfg.resume else None, weights_only=False)
+    except SIGTERMException:
+        raise RunInterrupted(
+            f"interrupted by SIGTERM at step {trainer.global_step}; checkpoint saved, continue with: "
+            f"poslab train resume={run_dir}",
+            signal.SIGTERM,
+        ) from None
+    if trainer.received_sigterm:  # Lightning may end the fit quietly after the signal
+        raise RunInterrupted(
+            f"interrupted by SIGTERM at step {trainer.global_step}; continue with: poslab train resume={run_dir}",
+            signal.SIGTERM,
+        )
     fit_metrics = scalar_metrics(trainer.callback_metrics)
     best = checkpoint.best_model_path or None
     test_metrics = trainer.test(task, datamodule=datamodule, ckpt_path=best, verbose=False, weights_only=True)
@@ -84,7 +108,7 @@ def _fit_and_test(cfg, datamodule, task, run_dir: Path, name: str, logger: Any, 
         metrics[f"{monitor}_best"] = float(checkpoint.best_model_score)
     checkpoints = {
         "best": _relative(best, run_dir),
-        "last": _relative(checkpoint.last_model_path or None, run_dir),
+        "last": _relative(periodic.last_model_path or None, run_dir),
     }
     return finish_run("train", cfg, run_dir, name, trainer, task, metrics, checkpoints, start)
 
@@ -127,16 +151,22 @@ def evaluate(ckpt: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> d
 
 
 @contextmanager
-def logged_run(cfg: DictConfig, run_dir: Path, name: str, job_type: str) -> Iterator[Any]:
-    """The run's logger, always finished; on bad input the run directory is removed."""
+def logged_run(
+    cfg: DictConfig, run_dir: Path, name: str, job_type: str, wandb_id: str | None = None, keep: bool = False
+) -> Iterator[Any]:
+    """The run's logger, always finished; on bad input the run directory is removed (unless ``keep``:
+    a resumed run's directory holds earlier work, and an interrupted one its checkpoint)."""
     from poslab.loggers import build_logger, finish_logger
 
     logger = None
     try:
-        logger = build_logger(cfg, run_dir, name, job_type=job_type)
+        logger = build_logger(cfg, run_dir, name, job_type=job_type, wandb_id=wandb_id)
         yield logger
+    except RunInterrupted:
+        raise
     except PoslabError:
-        remove_run_dir(run_dir)
+        if not keep:
+            remove_run_dir(run_dir)
         raise
     finally:
         finish_logger(logger)

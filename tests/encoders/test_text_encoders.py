@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from poslab.encoders import build_encoder
+from poslab.encoders import available_encoders, build_encoder, encoder_class
 from poslab.encoders.alibi import alibi_slopes
 from poslab.encoders.learned import PositionOutOfRange
 from poslab.encoders.rope_scaling import RopeScaling, default_inv_freq, scaled_frequencies, yarn_attention_factor
@@ -83,11 +83,13 @@ def test_half_rope_is_the_interleaved_form_on_permuted_channels():
 
 
 def test_rope_cos_sin_are_exact_at_position_100000():
+    """Half layout: rotating (1, …, 1 | 0, …, 0) gives (cos θ | sin θ); float32 angles would be off by ~1e-2."""
     enc = rope()
-    enc.rotate(torch.zeros(1, 1, 1, 16), torch.tensor([100_000]))
-    angles = 100_000 * default_inv_freq(10000.0, 16)
-    assert (enc._table[1][100_000].double() - torch.cos(angles)).abs().max() < 1e-4
-    assert (enc._table[2][100_000].double() - torch.sin(angles)).abs().max() < 1e-4
+    x = torch.cat((torch.ones(8), torch.zeros(8))).view(1, 1, 1, 16)
+    out = enc.rotate(x, torch.tensor([100_000]))[0, 0, 0].double()
+    angles = 100_000 * 10000.0 ** (-torch.arange(0, 16, 2, dtype=torch.float64) / 16)  # RoFormer eq. 15
+    assert (out[:8] - torch.cos(angles)).abs().max() < 1e-4
+    assert (out[8:] - torch.sin(angles)).abs().max() < 1e-4
 
 
 def test_rope_partial_rotary_keeps_the_other_channels():
@@ -228,14 +230,17 @@ def test_apply_rotary_matches_rope_encoder():
     torch.testing.assert_close(enc.rotate(x, torch.arange(3)), apply_rotary(x, angles.float(), "interleaved"))
 
 
-@pytest.mark.parametrize("name", ["alibi", "t5", "relative"])
+OFFSET_ONLY = [n for n in available_encoders() if encoder_class(n).uses("relative_bias")]
+
+
+@pytest.mark.parametrize("name", OFFSET_ONLY)
 @pytest.mark.parametrize(("q", "k"), [(torch.arange(7), torch.arange(7)), (torch.arange(3, 8), torch.arange(0, 9))])
 def test_consecutive_positions_take_the_toeplitz_path_with_the_same_result(name, q, k):
     from poslab.encoders.offsets import offset_bias, relative_distances
 
     enc = build_encoder(name, dim=32, num_heads=2)
-    if hasattr(enc, "bias"):
-        torch.nn.init.normal_(enc.bias.weight)
+    for p in enc.parameters():
+        torch.nn.init.normal_(p)
     fast = enc.attention_bias(q, k)
     captured = {}
 
@@ -243,7 +248,7 @@ def test_consecutive_positions_take_the_toeplitz_path_with_the_same_result(name,
         captured["shape"] = offsets.shape
         return torch.zeros(2, *offsets.shape)
 
-    offset_bias(values_at, q, k)
+    offset_bias(values_at, q, k, int(q[0]), int(k[0]))
     assert captured["shape"] == (q.numel() + k.numel() - 1,)  # only the distinct offsets were computed
     general = enc.attention_bias(q.float()[None] + 0, k.float()[None] + 0)[0]  # batched: the general path
     torch.testing.assert_close(fast, general)

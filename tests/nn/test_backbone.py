@@ -108,7 +108,7 @@ def test_attention_is_softmax_of_scaled_scores_plus_bias():
     q, k, v = attn.qkv(x).view(1, 4, 3, 2, 4).permute(2, 0, 3, 1, 4)
     weights = F.softmax(q @ k.transpose(-1, -2) / math.sqrt(4) + bias, dim=-1)
     expected = attn.proj((weights @ v).transpose(1, 2).reshape(1, 4, 8))
-    torch.testing.assert_close(attn(x, enc, torch.arange(4), bias=AttentionBias(bias, causal=False)), expected)
+    torch.testing.assert_close(attn(x, enc, torch.arange(4), bias=AttentionBias(dense=bias, causal=False)), expected)
 
 
 @pytest.mark.parametrize("budget", [4 * 2 * 2 * 9, 1 << 21])  # 4-row blocks, and one block
@@ -116,18 +116,46 @@ def test_attention_is_softmax_of_scaled_scores_plus_bias():
 @pytest.mark.parametrize("learned", [False, True])
 def test_causal_bias_kernels_agree_with_the_explicit_mask(learned, bias_batch, budget, monkeypatch):
     """The CPU fast path (flash, is_causal + bias) equals SDPA with the -inf mask, values and gradients."""
-    from poslab.nn import attention
+    from poslab.nn.kernels import cpu_flash
 
-    monkeypatch.setattr(attention, "_BIAS_GRAD_ELEMENTS", budget)
+    monkeypatch.setattr(cpu_flash, "BLOCK_ELEMENTS", budget)
     torch.manual_seed(0)
     q, k, v = (torch.randn(2, 2, 9, 8, requires_grad=True) for _ in range(3))
     bias = torch.randn(bias_batch, 2, 9, 9, requires_grad=learned)  # [B, H, L, L]: per-sequence positions
-    fast = attend(q, k, v, AttentionBias(bias, causal=True), causal=True, dropout=0.0)
+    fast = attend(q, k, v, AttentionBias(dense=bias, causal=True), causal=True, dropout=0.0)
     future = torch.ones(9, 9, dtype=torch.bool).triu(1)
     reference = F.scaled_dot_product_attention(q, k, v, attn_mask=bias.masked_fill(future, float("-inf")))
     torch.testing.assert_close(fast, reference)
     inputs = (q, k, v, bias) if learned else (q, k, v)
     weights = torch.randn_like(fast)  # a non-uniform upstream gradient
+    grads = torch.autograd.grad((fast * weights).sum(), inputs)
+    expected = torch.autograd.grad((reference * weights).sum(), inputs)
+    for got, want in zip(grads, expected, strict=True):
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("budget", [2 * 2 * 11 * 3, 2 * 2 * 11 * 5, 1 << 21])  # 3- and 5-row blocks, one block
+@pytest.mark.parametrize("learned", [False, True])
+def test_offset_bias_kernel_builds_each_block_from_the_offsets(learned, budget, monkeypatch):
+    """An offset-only bias given as its 2L − 1 values: the blocked CPU kernel equals SDPA with the
+    bias B[h, i, j] = values[h, j − i + L − 1] written out entry by entry, values and gradients (the
+    values' gradient is the sum of dS along each diagonal)."""
+    from poslab.nn.kernels import cpu_flash
+
+    monkeypatch.setattr(cpu_flash, "BLOCK_ELEMENTS", budget)
+    torch.manual_seed(0)
+    length = 11
+    q, k, v = (torch.randn(2, 2, length, 8, requires_grad=True) for _ in range(3))
+    values = torch.randn(2, 2 * length - 1, requires_grad=learned)
+    dense = torch.stack(
+        [torch.stack([values[h, j - i + length - 1] for j in range(length)]) for h in range(2) for i in range(length)]
+    ).view(2, length, length)
+    fast = attend(q, k, v, AttentionBias(offsets=values, causal=True), causal=True, dropout=0.0)
+    future = torch.ones(length, length, dtype=torch.bool).triu(1)
+    reference = F.scaled_dot_product_attention(q, k, v, attn_mask=dense.masked_fill(future, float("-inf"))[None])
+    torch.testing.assert_close(fast, reference)
+    inputs = (q, k, v, values) if learned else (q, k, v)
+    weights = torch.randn_like(fast)
     grads = torch.autograd.grad((fast * weights).sum(), inputs)
     expected = torch.autograd.grad((reference * weights).sum(), inputs)
     for got, want in zip(grads, expected, strict=True):
@@ -140,7 +168,7 @@ def test_learned_bias_backward_in_bfloat16_matches_the_float32_reference():
     torch.manual_seed(0)
     q, k, v, bias = torch.randn(2, 2, 9, 8), torch.randn(2, 2, 9, 8), torch.randn(2, 2, 9, 8), torch.randn(1, 2, 9, 9)
     inputs = [t.clone().to(torch.bfloat16).requires_grad_() for t in (q, k, v, bias)]
-    out = attend(*inputs[:3], AttentionBias(inputs[3], causal=True), causal=True, dropout=0.0)
+    out = attend(*inputs[:3], AttentionBias(dense=inputs[3], causal=True), causal=True, dropout=0.0)
     grads = torch.autograd.grad(out.float().square().sum(), inputs)
     reference = [t.clone().requires_grad_() for t in (q, k, v, bias)]
     future = torch.ones(9, 9, dtype=torch.bool).triu(1)

@@ -20,6 +20,7 @@ import lightning as L
 import torch
 from torch.utils.data import DataLoader, Dataset, IterableDataset
 
+from poslab.data.resumable import ResumableLoader
 from poslab.data.text_sources import SOURCES, TextSplits
 from poslab.errors import ConfigError, DataError
 from poslab.positions import Positions
@@ -111,7 +112,7 @@ class TextDataModule(L.LightningDataModule):
         return {"max_len": self.cfg.random_positions or self.context}
 
     def similarity_positions(self) -> tuple[Positions, int, None]:
-        return Positions(steps=torch.arange(self.context)), self.context, None
+        return Positions.consecutive(self.context), self.context, None
 
     # -- Lightning hooks -----------------------------------------------------------------
     def prepare_data(self) -> None:
@@ -134,19 +135,23 @@ class TextDataModule(L.LightningDataModule):
 
     def train_dataloader(self) -> DataLoader:
         windows = RandomWindows(self.splits["train"], self.context, self.cfg.batch_size, self.stream_seed())
-        return DataLoader(windows, batch_size=None)
+        return ResumableLoader(windows, batch_size=None)
 
     def val_dataloader(self) -> DataLoader:
-        return DataLoader(ContiguousWindows(self.held_out("val"), self.context), batch_size=self.cfg.eval_batch_size)
+        return ResumableLoader(
+            ContiguousWindows(self.held_out("val"), self.context), batch_size=self.cfg.eval_batch_size
+        )
 
     def test_dataloader(self) -> DataLoader:
-        return DataLoader(ContiguousWindows(self.held_out("test"), self.context), batch_size=self.cfg.eval_batch_size)
+        return ResumableLoader(
+            ContiguousWindows(self.held_out("test"), self.context), batch_size=self.cfg.eval_batch_size
+        )
 
     def lengen_loader(self, multiple: int) -> DataLoader:
         """Test windows of ``multiple`` × the training context (same characters at every length)."""
         length = self.context * multiple
         batch = max(1, self.cfg.eval_batch_size // multiple)
-        return DataLoader(ContiguousWindows(self.held_out("test"), length), batch_size=batch)
+        return ResumableLoader(ContiguousWindows(self.held_out("test"), length), batch_size=batch)
 
     def on_after_batch_transfer(self, batch: torch.Tensor, dataloader_idx: int) -> dict[str, Any]:
         training = self.trainer is not None and self.trainer.training
@@ -159,9 +164,10 @@ class TextDataModule(L.LightningDataModule):
     def positions(self, shape: torch.Size, device: torch.device, training: bool) -> Positions:
         batch, length = shape
         if training and self.cfg.random_positions:
-            return Positions(steps=random_positions(batch, length, self.cfg.random_positions).to(device))
+            steps = random_positions(batch, length, self.cfg.random_positions).to(device)
+            return Positions(steps=steps, steps_end=self.cfg.random_positions)
         key = (length, device)
         if key not in self._steps:  # one tensor per length, so encoders' per-forward caches hit
             with torch.inference_mode(False):  # reused by training steps after validation created it
                 self._steps[key] = torch.arange(length, device=device)
-        return Positions(steps=self._steps[key])
+        return Positions(steps=self._steps[key], steps_start=0, steps_end=length)

@@ -15,6 +15,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
 
+from poslab.data.resumable import ResumableLoader
 from poslab.data.timeseries_sources import SOURCES, Series
 from poslab.errors import ConfigError
 from poslab.positions import Positions
@@ -75,7 +76,7 @@ class TimeSeriesDataModule(L.LightningDataModule):
 
     def similarity_positions(self) -> tuple[Positions, int, None]:
         times = self.times[: self.lookback]
-        return Positions(steps=torch.arange(self.lookback), times=times), self.lookback, None
+        return Positions.consecutive(self.lookback, times=times), self.lookback, None
 
     # -- Lightning hooks -----------------------------------------------------------------------------
     def prepare_data(self) -> None:
@@ -110,8 +111,7 @@ class TimeSeriesDataModule(L.LightningDataModule):
 
     def loader(self, split: str, lookback: int | None = None, horizon: int | None = None, shuffle: bool = False):
         size = self.cfg.batch_size if split == "train" else self.cfg.eval_batch_size
-        generator = torch.Generator().manual_seed(self.seed) if shuffle else None
-        return DataLoader(self.windows(split, lookback, horizon), batch_size=size, shuffle=shuffle, generator=generator)
+        return ResumableLoader(self.windows(split, lookback, horizon), seed=self.seed, batch_size=size, shuffle=shuffle)
 
     def train_dataloader(self) -> DataLoader:
         return self.loader("train", shuffle=True)
@@ -133,6 +133,8 @@ class TimeSeriesDataModule(L.LightningDataModule):
         return {
             "past": past,
             "future": future,
-            "pos_past": Positions(steps=steps[:lookback], times=t_past),
-            "pos_future": Positions(steps=steps[lookback:], times=t_future),
+            "pos_past": Positions(steps=steps[:lookback], times=t_past, steps_start=0, steps_end=lookback),
+            "pos_future": Positions(
+                steps=steps[lookback:], times=t_future, steps_start=lookback, steps_end=lookback + horizon
+            ),
         }

@@ -17,6 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader, TensorDataset
 
+from poslab.data.resumable import ResumableLoader
 from poslab.data.vision_sources import SOURCES, ImageSource
 from poslab.encoders.grid import grid_coordinates
 from poslab.errors import ConfigError
@@ -96,6 +97,7 @@ class VisionDataModule(L.LightningDataModule):
     def __init__(self, cfg: Any, seed: int = 0, train_data: Any = None) -> None:
         super().__init__()
         self.cfg = cfg
+        self.seed = seed
         self.source: ImageSource = SOURCES[cfg.name]
         self.image_size = int(cfg.image_size or native_size(cfg))
         if train_data is None:
@@ -105,6 +107,9 @@ class VisionDataModule(L.LightningDataModule):
         self.grid = self._grid(self.image_size)
         self.train_grid = self._grid(self.train_image_size)
         self.coords = patch_coordinates(self.grid, self.train_grid, cfg.coords)
+        # integer cells when raw or at the training size; rescaled elsewhere they are fractional
+        integral = cfg.coords == "raw" or self.grid == self.train_grid
+        self.coords_grid = self.grid if integral else None
         self.splits: dict[str, TensorDataset] = {}
         self.mean = torch.tensor(self.source.mean).view(1, -1, 1, 1)
         self.std = torch.tensor(self.source.std).view(1, -1, 1, 1)
@@ -127,7 +132,7 @@ class VisionDataModule(L.LightningDataModule):
         return self.grid[0] * self.grid[1]
 
     def positions(self) -> Positions:
-        return Positions(coords=self.coords)
+        return Positions(coords=self.coords, coords_grid=self.coords_grid)
 
     def similarity_positions(self) -> tuple[Positions, int, tuple[int, int]]:
         """What the encoder figure draws: these positions, how many tokens, their grid."""
@@ -186,8 +191,9 @@ class VisionDataModule(L.LightningDataModule):
 
     def _loader(self, split: str, batch_size: int, shuffle: bool = False) -> DataLoader:
         workers = self.cfg.num_workers
-        return DataLoader(
+        return ResumableLoader(
             self.splits[split],
+            seed=self.seed,
             batch_size=batch_size,
             shuffle=shuffle,
             num_workers=workers,

@@ -19,7 +19,6 @@ import math
 import torch
 
 from poslab.encoders.base import PositionEncoder
-from poslab.encoders.offsets import offset_bias
 from poslab.encoders.registry import register_encoder
 
 
@@ -46,15 +45,10 @@ class ALiBi(PositionEncoder):
         self.bidirectional = bool(bidirectional)  # None: the model did not say; the causal form
         self.register_buffer("slopes", torch.tensor(alibi_slopes(num_heads)), persistent=False)
 
-    def attention_bias(self, q_pos, k_pos):
-        device = self.slopes.device
-
-        def values_at(offsets: torch.Tensor) -> torch.Tensor:
-            # causal: k − q ≤ 0 for every visible key, so m·(k − q) = −m·(i − j)
-            distance = -offsets.abs() if self.bidirectional else offsets
-            return self.slopes.view(-1, *([1] * offsets.dim())) * distance
-
-        return offset_bias(values_at, self.field(q_pos).to(device), self.field(k_pos).to(device))
+    def relative_bias(self, offsets):
+        # causal: k − q ≤ 0 for every visible key, so m·(k − q) = −m·(i − j)
+        distance = -offsets.abs() if self.bidirectional else offsets
+        return self.slopes.view(-1, *([1] * offsets.dim())) * distance.to(self.slopes.device)
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, bidirectional={self.bidirectional}"

@@ -7,7 +7,13 @@ in a transformer (see the README, "Architecture"):
 * ``rotate(x, pos)``        — rotate per-head queries / keys (RoPE family),
 * ``attention_bias(q_pos, k_pos)`` — an additive ``[H, Lq, Lk]`` logits bias.
 
-The backbone calls all three and never names an encoder; an encoder overrides
+A bias that depends only on the offset ``k − q`` (ALiBi, T5, Shaw) overrides
+``relative_bias(offsets)`` instead: ``attention_bias`` is derived from it, and
+the attention kernels build the bias block by block from its ``Lq + Lk − 1``
+values (FlexAttention's ``score_mod`` on a GPU, a blocked kernel on the CPU),
+so no ``L × L`` tensor is needed.
+
+The backbone calls the hooks and never names an encoder; an encoder overrides
 the hooks it uses. ``pos`` is either a :class:`~poslab.positions.Positions`
 (the encoder reads the field named by ``reads``) or a plain tensor taken to be
 that field, so ``enc.encode_input(x, torch.arange(L))`` works in a notebook.
@@ -20,10 +26,11 @@ from typing import ClassVar
 import torch
 from torch import nn
 
+from poslab.encoders.offsets import offset_bias
 from poslab.errors import ConfigError
-from poslab.positions import Positions
+from poslab.positions import Positions, steps_start
 
-HOOKS = ("encode_input", "rotate", "attention_bias")
+HOOKS = ("encode_input", "rotate", "attention_bias", "relative_bias")
 
 
 class PositionEncoder(nn.Module):
@@ -62,7 +69,22 @@ class PositionEncoder(nn.Module):
         return x
 
     def attention_bias(self, q_pos: Positions | torch.Tensor, k_pos: Positions | torch.Tensor) -> torch.Tensor | None:
-        """Additive logits bias ``[H, Lq, Lk]`` (or ``[B, H, Lq, Lk]``); default: None."""
+        """Additive logits bias ``[H, Lq, Lk]`` (or ``[B, H, Lq, Lk]``).
+
+        Default: None, or the bias laid out from :meth:`relative_bias` when the
+        encoder overrides that (Toeplitz from the offsets when the data says the
+        positions are consecutive).
+        """
+        if not self.uses("relative_bias"):
+            return None
+        q, k = self.field(q_pos), self.field(k_pos)
+        return offset_bias(self.relative_bias, q, k, steps_start(q_pos), steps_start(k_pos))
+
+    def relative_bias(self, offsets: torch.Tensor) -> torch.Tensor | None:
+        """Bias of each offset ``k − q`` (float ``offsets`` of any shape) -> ``[H, *offsets.shape]``.
+
+        Only for biases that depend on the offset alone; default: None.
+        """
         return None
 
     def extended(self, kind: str, factor: float) -> PositionEncoder:
@@ -72,8 +94,18 @@ class PositionEncoder(nn.Module):
     # -- helpers ------------------------------------------------------------
     @classmethod
     def hooks(cls) -> tuple[str, ...]:
-        """The hooks this encoder overrides (derived, never declared twice)."""
-        return tuple(h for h in HOOKS if getattr(cls, h) is not getattr(PositionEncoder, h))
+        """The hooks this encoder uses (derived from what it overrides, never declared twice).
+
+        ``relative_bias`` implies ``attention_bias``, which is derived from it.
+        """
+        used = {h for h in HOOKS if getattr(cls, h) is not getattr(PositionEncoder, h)}
+        if "relative_bias" in used:
+            used.add("attention_bias")
+        return tuple(h for h in HOOKS if h in used)
+
+    @classmethod
+    def uses(cls, hook: str) -> bool:
+        return hook in cls.hooks()
 
     @classmethod
     def fits(cls, modality: str) -> bool:

@@ -20,9 +20,11 @@ def split_coords(coords: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return coords[..., 0], coords[..., 1]
 
 
-def grid_coordinates(grid: tuple[int, int]) -> torch.Tensor:
+def grid_coordinates(grid: tuple[int, int], device: torch.device | str | None = None) -> torch.Tensor:
     """Integer (row, col) of a row-major patch grid: ``[gh * gw, 2]`` float."""
-    rows, cols = torch.meshgrid(torch.arange(grid[0]), torch.arange(grid[1]), indexing="ij")
+    rows, cols = torch.meshgrid(
+        torch.arange(grid[0], device=device), torch.arange(grid[1], device=device), indexing="ij"
+    )
     return torch.stack((rows.flatten(), cols.flatten()), dim=-1).float()
 
 
@@ -33,7 +35,7 @@ def sincos_1d(pos: torch.Tensor, dim: int, temperature: float = 10000.0) -> torc
     order; computed in float64 for exactness, returned in float32.
     """
     half = dim // 2
-    omega = 1.0 / temperature ** (torch.arange(half, dtype=torch.float64) / half)
+    omega = 1.0 / temperature ** (torch.arange(half, dtype=torch.float64, device=pos.device) / half)
     angles = pos.to(torch.float64)[..., None] * omega
     return torch.cat((angles.sin(), angles.cos()), dim=-1).float()
 

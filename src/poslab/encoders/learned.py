@@ -14,6 +14,7 @@ from torch import nn
 from poslab.encoders.base import PositionEncoder
 from poslab.encoders.registry import register_encoder
 from poslab.errors import PoslabError
+from poslab.positions import readable, steps_end
 
 
 class PositionOutOfRange(PoslabError):
@@ -35,17 +36,19 @@ class Learned(PositionEncoder):
 
     def encode_input(self, x, pos):
         steps = self.field(pos).to(x.device)
-        if steps.is_floating_point():
-            if not torch.equal(steps, steps.round()):
-                raise PoslabError("learned positions must be integers")
-            steps = steps.long()
-        top = int(steps.max())
-        if top >= self.max_len or int(steps.min()) < 0:
+        # The range check reads the data's stated bound (or the values where that is free), never the device.
+        end = steps_end(pos)
+        if end is not None and end > self.max_len:
             raise PositionOutOfRange(
-                f"learned: position {top} is past encoder.max_len={self.max_len} "
-                f"(a sequence of {top + 1} tokens); train with a larger encoder.max_len or use another encoder"
+                f"learned: position {end - 1} is past encoder.max_len={self.max_len} "
+                f"(a sequence of {end} tokens); train with a larger encoder.max_len or use another encoder"
             )
-        return x + self.table(steps).to(x.dtype)
+        if readable(steps):
+            if steps.is_floating_point() and not torch.equal(steps, steps.round()):
+                raise PoslabError("learned positions must be integers")
+            if steps.numel() and int(steps.min()) < 0:
+                raise PositionOutOfRange(f"learned: negative position {int(steps.min())}")
+        return x + self.table(steps.long()).to(x.dtype)
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, max_len={self.max_len}"

@@ -18,6 +18,7 @@ from poslab.encoders.base import PositionEncoder
 from poslab.encoders.grid import sample_grid_table, split_coords
 from poslab.encoders.registry import register_encoder
 from poslab.errors import PoslabError
+from poslab.positions import Positions, readable
 
 
 @register_encoder("learned2d")
@@ -35,23 +36,38 @@ class Learned2D(PositionEncoder):
         self.table = nn.Parameter(torch.empty(*self.grid_size, dim))
         nn.init.trunc_normal_(self.table, std=init_std)
 
-    def lookup(self, coords: torch.Tensor) -> torch.Tensor:
-        """Embedding of each (row, col): exact rows at integer cells, bicubic between."""
-        rows, cols = split_coords(coords)
+    def lookup(self, coords: torch.Tensor, grid: tuple[int, int] | None = None) -> torch.Tensor:
+        """Embedding of each (row, col): exact rows at integer cells, bicubic between.
+
+        ``grid``: the data's statement that ``coords`` are the integer cells of
+        that grid (checked against the table without reading the tensor);
+        otherwise the coordinates are read where that is free (a CPU call) and
+        the bicubic lookup serves every other case.
+        """
         gh, gw = self.grid_size
-        if rows.min() < -0.5 or cols.min() < -0.5 or rows.max() > gh - 0.5 or cols.max() > gw - 0.5:
-            raise PoslabError(
-                f"learned2d: patch coordinates reach row {rows.max().item():g}, col "
-                f"{cols.max().item():g} but the table is {gh}x{gw}; evaluate with "
-                "data.coords=rescaled to resample it"
-            )
-        ri, ci = rows.round(), cols.round()
-        if torch.equal(ri, rows) and torch.equal(ci, cols):
-            return self.table[ri.long(), ci.long()]
-        return sample_grid_table(self.table, coords)
+        if grid is None and readable(coords):
+            rows, cols = split_coords(coords)
+            if rows.min() < -0.5 or cols.min() < -0.5 or rows.max() > gh - 0.5 or cols.max() > gw - 0.5:
+                raise self._out_of_range(f"row {rows.max().item():g}, col {cols.max().item():g}")
+            if torch.equal(coords, coords.round()):
+                grid = self.grid_size
+        if grid is None:
+            return sample_grid_table(self.table, coords)
+        if grid[0] > gh or grid[1] > gw:
+            raise self._out_of_range(f"row {grid[0] - 1}, col {grid[1] - 1}")
+        index = coords.long()
+        return self.table[index[..., 0], index[..., 1]]
+
+    def _out_of_range(self, where: str) -> PoslabError:
+        gh, gw = self.grid_size
+        return PoslabError(
+            f"learned2d: patch coordinates reach {where} but the table is {gh}x{gw}; "
+            "evaluate with data.coords=rescaled to resample it"
+        )
 
     def encode_input(self, x, pos):
-        return x + self.lookup(self.field(pos).to(x.device)).to(x.dtype)
+        grid = pos.coords_grid if isinstance(pos, Positions) else None
+        return x + self.lookup(self.field(pos).to(x.device), grid).to(x.dtype)
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, grid_size={self.grid_size}"

@@ -1,10 +1,13 @@
-"""Relative-offset biases built once per forward pass (shared by ALiBi, T5, Shaw).
+"""Relative-offset biases (ALiBi, T5, Shaw): values per offset, laid out as ``[H, Lq, Lk]``.
 
 A bias that depends only on the offset ``k − q`` is Toeplitz when positions
 are consecutive integers (the usual case): its ``Lq × Lk`` matrix is built from
-the ``Lq + Lk − 1`` distinct offsets with a strided view, instead of bucketing
-and gathering a million entries (whose embedding backward sorts them).
+the ``Lq + Lk − 1`` distinct offsets (:func:`toeplitz_offsets`,
+:func:`toeplitz_rows`) instead of bucketing and gathering a million entries;
+the attention kernels use the same values to build one block at a time.
 Other positions — randomized, batched, fractional — take the general path.
+Whether positions are consecutive is a fact the data states
+(:class:`~poslab.positions.Positions`), never read from the tensors per step.
 """
 
 from __future__ import annotations
@@ -19,24 +22,41 @@ def relative_distances(q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor
     return k_pos.float()[..., None, :] - q_pos.float()[..., :, None]
 
 
-def _consecutive(pos: torch.Tensor) -> bool:
-    if pos.dim() != 1 or pos.numel() == 0:
-        return False
-    if pos.is_floating_point() and not torch.equal(pos, pos.round()):
-        return False
-    return bool(pos[-1] - pos[0] == pos.numel() - 1) and bool((pos[1:] > pos[:-1]).all())
+def toeplitz_offsets(length_q: int, length_k: int, shift: int = 0, device=None) -> torch.Tensor:
+    """The offsets ``k − q`` of a consecutive block, smallest first: ``shift − (Lq − 1) … shift + Lk − 1``."""
+    return torch.arange(-(length_q - 1), length_k, device=device, dtype=torch.float32) + shift
+
+
+def toeplitz_rows(values: torch.Tensor, length_q: int, rows: slice, keys: slice) -> torch.Tensor:
+    """Rows ``rows`` x keys ``keys`` of the bias whose offset ``k − q`` has value ``values[..., k − q + Lq − 1]``.
+
+    ``values [..., Lq + Lk − 1]`` as :func:`toeplitz_offsets` orders them;
+    returns a new ``[..., rows, keys]`` tensor (only that block is materialised).
+    """
+    start, stop = rows.start or 0, rows.stop
+    first_key, last_key = keys.start or 0, keys.stop
+    # row i, key j reads values[j − i + Lq − 1]: windows of the key span, one per row, last row first
+    low = first_key - (stop - 1) + length_q - 1
+    high = last_key - start + length_q - 1
+    windows = values[..., low:high].unfold(-1, last_key - first_key, 1)  # [..., rows, keys], row stop-1 first
+    return windows.flip(-2)
 
 
 def offset_bias(
-    values_at: Callable[[torch.Tensor], torch.Tensor], q_pos: torch.Tensor, k_pos: torch.Tensor
+    values_at: Callable[[torch.Tensor], torch.Tensor],
+    q_pos: torch.Tensor,
+    k_pos: torch.Tensor,
+    q_start: int | None = None,
+    k_start: int | None = None,
 ) -> torch.Tensor:
-    """``[H, Lq, Lk]`` (or ``[B, H, Lq, Lk]``) from ``values_at(offsets) -> [H, *offsets.shape]``."""
-    if _consecutive(q_pos) and _consecutive(k_pos):
-        lq, lk = q_pos.numel(), k_pos.numel()
-        shift = float(k_pos[0] - q_pos[0])
-        offsets = torch.arange(-(lq - 1), lk, device=q_pos.device, dtype=torch.float32) + shift
-        values = values_at(offsets)  # [H, Lq + Lk - 1]
-        # windows[s, t] = values[s + t]; row i needs offset j - i, i.e. window Lq - 1 - i
-        return values.unfold(-1, lk, 1).flip(-2)
+    """``[H, Lq, Lk]`` (or ``[B, H, Lq, Lk]``) from ``values_at(offsets) -> [H, *offsets.shape]``.
+
+    ``q_start`` / ``k_start``: the first step when the positions are known to
+    be consecutive (then the Toeplitz construction), else None.
+    """
+    if q_start is not None and k_start is not None:
+        lq, lk = q_pos.shape[-1], k_pos.shape[-1]
+        values = values_at(toeplitz_offsets(lq, lk, k_start - q_start, device=q_pos.device))
+        return toeplitz_rows(values, lq, slice(0, lq), slice(0, lk))
     bias = values_at(relative_distances(q_pos, k_pos))  # [H, ..., Lq, Lk]
     return bias.movedim(0, -3)

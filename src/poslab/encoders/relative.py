@@ -10,11 +10,9 @@ share the edge value.
 
 from __future__ import annotations
 
-import torch
 from torch import nn
 
 from poslab.encoders.base import PositionEncoder
-from poslab.encoders.offsets import offset_bias
 from poslab.encoders.registry import register_encoder
 
 
@@ -29,14 +27,10 @@ class ClippedRelative(PositionEncoder):
         self.bias = nn.Embedding(2 * max_distance + 1, num_heads)
         nn.init.zeros_(self.bias.weight)
 
-    def attention_bias(self, q_pos, k_pos):
-        device = self.bias.weight.device
-
-        def values_at(offsets: torch.Tensor) -> torch.Tensor:
-            index = offsets.round().long().clamp(-self.max_distance, self.max_distance) + self.max_distance
-            return self.bias(index).movedim(-1, 0)
-
-        return offset_bias(values_at, self.field(q_pos).to(device), self.field(k_pos).to(device))
+    def relative_bias(self, offsets):
+        index = offsets.to(self.bias.weight.device).round().long()
+        index = index.clamp(-self.max_distance, self.max_distance) + self.max_distance
+        return self.bias(index).movedim(-1, 0)  # [..., H] -> [H, ...]
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, max_distance={self.max_distance}"

@@ -11,9 +11,11 @@ the offset m − n (tested, both layouts, against the complex form).
   ``linear`` (PI), ``ntk``, ``dynamic``, ``yarn``; ``original_max_len`` null =
   ``max_len``, the training context the data reports.
 
-cos/sin tables are built from float64 angles reduced modulo 2π, cached on the
-device and grown (doubling) when a longer position arrives; within one forward
-pass every layer reuses the rows of the batch's positions.
+cos/sin come from float64 angles reduced modulo 2π, computed once per forward
+pass from the batch's own positions (every layer reuses them; the data module
+hands the same steps tensor to every batch of one length, so they are made once
+per length) with the inverse frequencies kept on the device: no host
+synchronisation on the per-step path.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from poslab.encoders.registry import register_encoder
 from poslab.encoders.rope_scaling import RopeScaling, scaled_frequencies
 from poslab.encoders.rotary import LastInputCache, Layout, apply_cos_sin, rotation_angles
 from poslab.errors import ConfigError
+from poslab.positions import steps_end
 
 
 @register_encoder("rope")
@@ -57,7 +60,7 @@ class RoPE(PositionEncoder):
         self.scaling = scaling if isinstance(scaling, RopeScaling) else RopeScaling(**(scaling or {}))
         if self.scaling.type in ("dynamic", "yarn") and not (self.scaling.original_max_len or max_len):
             raise ConfigError(f"rope scaling '{self.scaling.type}' needs scaling.original_max_len or max_len")
-        self._table: tuple | None = None  # (key, cos [N, R], sin [N, R])
+        self._freqs: dict[tuple, tuple[torch.Tensor, float]] = {}
         self._rows = LastInputCache()
 
     # -- frequencies ---------------------------------------------------------------
@@ -74,37 +77,41 @@ class RoPE(PositionEncoder):
         clone.scaling = RopeScaling(
             **{**asdict(self.scaling), "type": kind, "factor": factor, "original_max_len": original}
         )
-        clone._table, clone._rows = None, LastInputCache()
+        clone._freqs, clone._rows = {}, LastInputCache()
         return clone
 
     # -- cos / sin -----------------------------------------------------------------------
-    def _cos_sin(self, steps: torch.Tensor, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-        steps = steps.to(device)
-        length = int(steps.max()) + 1
-        dynamic = self.scaling.type == "dynamic"
-        inv_freq, factor = self.frequencies(seq_len=length if dynamic else 0)
-        integral = not steps.is_floating_point() or torch.equal(steps, steps.round())
-        if not integral or int(steps.min()) < 0:
-            angles = rotation_angles(steps, inv_freq.to(device))
-            return angles.cos() * factor, angles.sin() * factor
-        key = (device, inv_freq.sum().item(), factor)
-        if self._table is None or self._table[0] != key or self._table[1].shape[0] < length:
-            size = 1 << max(length - 1, 1).bit_length()  # grow by doubling
-            angles = rotation_angles(torch.arange(size, device=device), inv_freq.to(device))
-            self._table = (key, angles.cos() * factor, angles.sin() * factor)
-        index = steps.long()
-        return self._table[1][index], self._table[2][index]
+    def _inverse_frequencies(self, seq_len: int, device: torch.device) -> tuple[torch.Tensor, float]:
+        """(inverse frequencies on ``device``, factor), made once per (device, length scale).
+
+        Kept on the device so a forward pass copies nothing from the host.
+        """
+        if torch.compiler.is_compiling():  # traced into the graph; no Python-side cache
+            inv_freq, factor = self.frequencies(seq_len)
+            return inv_freq.to(device), factor
+        key = (device, seq_len)
+        if key not in self._freqs:
+            inv_freq, factor = self.frequencies(seq_len)
+            self._freqs[key] = (inv_freq.to(device), factor)
+        return self._freqs[key]
+
+    def _cos_sin(self, steps: torch.Tensor, seq_len: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+        inv_freq, factor = self._inverse_frequencies(seq_len, device)
+        angles = rotation_angles(steps.to(device), inv_freq)
+        return angles.cos() * factor, angles.sin() * factor
 
     def rotate(self, x, pos):
         steps = self.field(pos)
+        # dynamic NTK scales with the sequence's length: the data's stated bound, else the token count
+        seq_len = (steps_end(pos) or steps.shape[-1]) if self.scaling.type == "dynamic" else 0
 
         def rows(s: torch.Tensor):
-            cos, sin = self._cos_sin(s, x.device)
+            cos, sin = self._cos_sin(s, seq_len, x.device)
             if cos.dim() == 3:  # [B, L, R] -> [B, 1, L, R]
                 cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
             return cos, sin
 
-        cos, sin = self._rows.get(steps, rows)
+        cos, sin = self._rows.get(steps, rows, key=seq_len)
         return apply_cos_sin(x, cos, sin, self.layout)
 
     def extra_repr(self) -> str:

@@ -81,14 +81,22 @@ class LastInputCache:
     def __init__(self) -> None:
         self._source: torch.Tensor | None = None
         self._version = -1
+        self._key = None
         self._value = None
 
-    def get(self, source: torch.Tensor, compute):
+    def get(self, source: torch.Tensor, compute, key=None):
+        """``compute(source)``, reused while ``source`` (and ``key``) stay the same.
+
+        Under ``torch.compile`` nothing is cached: the graph computes the value
+        and Python-side state would only add guards.
+        """
+        if torch.compiler.is_compiling():
+            return compute(source)
         version = 0 if source.is_inference() else source._version  # inference tensors have no counter
-        if source is not self._source or version != self._version:
+        if source is not self._source or version != self._version or key != self._key:
             # Normal tensors even during validation (inference mode): the value may be
             # reused by a training step, which saves it for backward.
             with torch.inference_mode(False), torch.no_grad():
                 self._value = compute(source)
-            self._source, self._version = source, version
+            self._source, self._version, self._key = source, version, key
         return self._value

@@ -19,7 +19,6 @@ import torch
 from torch import nn
 
 from poslab.encoders.base import PositionEncoder
-from poslab.encoders.offsets import offset_bias
 from poslab.encoders.registry import register_encoder
 
 
@@ -67,14 +66,11 @@ class T5Bias(PositionEncoder):
         self.bias = nn.Embedding(num_buckets, num_heads)
         nn.init.zeros_(self.bias.weight)
 
-    def attention_bias(self, q_pos, k_pos):
-        device = self.bias.weight.device
-
-        def values_at(offsets: torch.Tensor) -> torch.Tensor:
-            buckets = t5_buckets(offsets, self.bidirectional, self.num_buckets, self.max_distance)
-            return self.bias(buckets).movedim(-1, 0)  # [..., H] -> [H, ...]
-
-        return offset_bias(values_at, self.field(q_pos).to(device), self.field(k_pos).to(device))
+    def relative_bias(self, offsets):
+        buckets = t5_buckets(
+            offsets.to(self.bias.weight.device), self.bidirectional, self.num_buckets, self.max_distance
+        )
+        return self.bias(buckets).movedim(-1, 0)  # [..., H] -> [H, ...]
 
     def extra_repr(self) -> str:
         return (

@@ -31,6 +31,8 @@ def drop_steps(batch: dict, keep: int, generator) -> dict:
     return {
         **batch,
         "past": kept,
-        "pos_past": Positions(steps=steps[:keep], times=times.gather(1, index)),
-        "pos_future": Positions(steps=steps[keep:], times=batch["pos_future"].times),
+        "pos_past": Positions(steps=steps[:keep], times=times.gather(1, index), steps_start=0, steps_end=keep),
+        "pos_future": Positions(
+            steps=steps[keep:], times=batch["pos_future"].times, steps_start=keep, steps_end=keep + horizon
+        ),
     }

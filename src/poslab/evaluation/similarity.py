@@ -24,10 +24,17 @@ from poslab.positions import Positions
 
 
 @torch.no_grad()
-def position_similarity(encoder: PositionEncoder, pos: Positions | torch.Tensor, length: int) -> torch.Tensor:
-    """``[L, L]`` float32 scores for ``length`` tokens at positions ``pos``."""
-    device = next((p.device for p in encoder.parameters()), torch.device("cpu"))
-    pos = pos.to(device)
+def position_similarity(
+    encoder: PositionEncoder, pos: Positions | torch.Tensor, length: int, device: torch.device | None = None
+) -> torch.Tensor:
+    """``[L, L]`` float32 scores for ``length`` tokens at positions ``pos``, returned on ``device``.
+
+    Computed where the encoder lives: ``device``, else that of its parameters
+    or buffers (ALiBi and RoPE-2D hold buffers only), else the CPU.
+    """
+    home = device or encoder_device(encoder)
+    pos = pos.to(home)
+    device = home
     scores = torch.zeros(length, length, device=device)
     hooks = encoder.hooks()
     if "encode_input" in hooks:
@@ -41,4 +48,12 @@ def position_similarity(encoder: PositionEncoder, pos: Positions | torch.Tensor,
         bias = encoder.attention_bias(pos, pos)
         if bias is not None:
             scores += bias.float().reshape(-1, length, length).mean(dim=0)
-    return scores.cpu()
+    return scores
+
+
+def encoder_device(encoder: torch.nn.Module) -> torch.device:
+    """Where a module's tensors live: its first parameter or buffer, else the CPU."""
+    tensor = next(iter(encoder.parameters()), None)
+    if tensor is None:
+        tensor = next(iter(encoder.buffers()), None)
+    return tensor.device if tensor is not None else torch.device("cpu")

@@ -3,7 +3,8 @@
 Position enters at two points here: ``rotate`` on queries and keys (RoPE
 family) and an additive logits bias (ALiBi, T5, …) that the backbone computes
 once per forward pass for all layers (:class:`AttentionBias`). The
-``q·k/√Dh`` scale is SDPA's; biases are added after it.
+``q·k/√Dh`` scale is applied first; biases are added after it. Which kernel
+runs is decided in :func:`attend`; the kernels live in :mod:`poslab.nn.kernels`.
 """
 
 from __future__ import annotations
@@ -13,134 +14,123 @@ import torch.nn.functional as F
 from torch import nn
 
 from poslab.encoders.base import PositionEncoder
+from poslab.encoders.offsets import toeplitz_rows
+from poslab.nn.kernels import cpu_flash, flex
 from poslab.positions import Positions
-
-_CPU_FLASH = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
-#: Elements of one float32 temporary in the learned-bias backward: the query rows per block follow from it.
-_BIAS_GRAD_ELEMENTS = 1 << 21
-
-
-class _CausalFlashWithLearnedBias(torch.autograd.Function):
-    """CPU flash attention (causal, additive bias) whose backward also returns the bias gradient.
-
-    SDPA can only differentiate a float mask through its general kernel, which
-    materialises and saves the ``[B, H, L, L]`` attention of every layer. Here
-    the forward is the flash kernel (it saves only the log-sum-exp); the
-    backward is the flash backward written out one block of query rows at a
-    time (the whole batch at once), so the probabilities P and dS = P ⊙ (dP −
-    rowsum(dO ⊙ O)) that the q/k/v gradients need are computed once and also
-    give the bias gradient Σ_b dS_b (Dao et al. 2022, FlashAttention, Alg. 4).
-    Keys above the diagonal are skipped. Measured with ``make bench`` at
-    L = 1024: 1.2× the step time of ``none``, where calling ATen's flash
-    backward and recomputing P and dP for the bias next to it gave 1.5×.
-    """
-
-    @staticmethod
-    def forward(ctx, q, k, v, bias):
-        out, lse = _CPU_FLASH(q, k, v, 0.0, True, attn_mask=bias)
-        ctx.save_for_backward(q, k, v, bias, out, lse)
-        return out
-
-    @staticmethod
-    def backward(ctx, grad_out):
-        q, k, v, bias, out, lse = ctx.saved_tensors
-        batch, heads, length, dim = q.shape
-        scale = dim**-0.5
-        delta = (grad_out.float() * out.float()).sum(-1, keepdim=True)  # [B, H, L, 1]
-        # [B*H, L, Dh] float32, contiguous once: row blocks of these are matmul-ready without copies
-        q2, k2, v2, g2 = (t.float().contiguous().view(batch * heads, length, dim) for t in (q, k, v, grad_out))
-        dq, dk, dv = torch.empty_like(q2), torch.zeros_like(k2), torch.zeros_like(v2)
-        shared = bias.shape[0] == 1  # one bias broadcast over the batch: its gradient sums the batch
-        dbias = torch.empty(bias.shape, dtype=torch.float32, device=bias.device)  # each entry written once below
-        scaled_q = q2 * scale  # scaling the [L, Dh] queries saves a pass over the [L, L] scores
-        block = max(1, _BIAS_GRAD_ELEMENTS // (batch * heads * length))
-        for start in range(0, length, block):  # causal: rows start..end see keys 0..end only
-            end = min(start + block, length)
-            rows, seen = slice(start, end), slice(0, end)
-            probs = torch.bmm(scaled_q[:, rows], k2[:, seen].transpose(1, 2)).view(batch, heads, end - start, end)
-            probs = probs.add_(bias[:, :, rows, seen]).sub_(lse[:, :, rows, None]).exp_()
-            future = torch.ones(end - start, end - start, dtype=torch.bool, device=q.device).triu(1)
-            probs[..., start:end].masked_fill_(future, 0.0)  # only the diagonal part reaches the future
-            grads = torch.bmm(g2[:, rows], v2[:, seen].transpose(1, 2)).view(batch, heads, end - start, end)
-            grads = grads.sub_(delta[:, :, rows]).mul_(probs)  # dS
-            dbias[:, :, rows, seen] = grads.sum(0, keepdim=True) if shared else grads
-            dbias[:, :, rows, end:] = 0.0  # the future: no gradient
-            probs, grads = probs.view(batch * heads, end - start, end), grads.view(batch * heads, end - start, end)
-            torch.bmm(grads, k2[:, seen], out=dq[:, rows])  # dQ = dS K
-            dk[:, seen].baddbmm_(grads.transpose(1, 2), q2[:, rows])  # dK = dSᵀ Q
-            dv[:, seen].baddbmm_(probs.transpose(1, 2), g2[:, rows])  # dV = Pᵀ dO
-        shape = (batch, heads, length, dim)
-        return (
-            dq.mul_(scale).view(shape).to(q.dtype),
-            dk.mul_(scale).view(shape).to(k.dtype),
-            dv.view(shape).to(v.dtype),
-            dbias.to(bias.dtype),
-        )
 
 
 class AttentionBias:
     """One forward pass's attention bias, shared by every layer.
 
-    ``bias``: the encoder's additive bias ``[1 | B, H, L, L]`` or None;
-    ``allowed``: a boolean ``[L, L]`` structure mask (True = may attend), e.g.
+    Exactly one form of the additive bias, or none:
+
+    * ``offsets`` — ``[H, Lq + Lk − 1]`` values of an offset-only bias on
+      consecutive positions (ALiBi, T5, Shaw in the usual case): the kernels
+      build it block by block, so it costs no ``L × L`` tensor;
+    * ``dense`` — ``[1 | B, H, Lq, Lk]`` (any other bias).
+
+    ``allowed``: a boolean ``[Lq, Lk]`` structure mask (True = may attend), e.g.
     forecast queries that see only the past; ``causal``: the causal flag.
-    ``masked()`` — everything folded into one float mask — is built once, on
-    first use, for the kernels that need it.
+    ``masked()`` — everything folded into one mask for SDPA — is built once, on
+    first use, and only where no blocked kernel applies.
     """
 
-    def __init__(self, bias: torch.Tensor | None, causal: bool, allowed: torch.Tensor | None = None) -> None:
-        # contiguous once here, not once per layer inside the flash kernel (measured: a [1, H, L, L] copy per layer)
-        self.bias = None if bias is None else bias.contiguous()
+    def __init__(
+        self,
+        *,
+        offsets: torch.Tensor | None = None,
+        dense: torch.Tensor | None = None,
+        causal: bool = False,
+        allowed: torch.Tensor | None = None,
+    ) -> None:
+        if offsets is not None and dense is not None:
+            raise ValueError("AttentionBias takes offsets or dense, not both")
+        self.offsets = offsets
+        # contiguous once here, not once per layer inside a kernel (measured: a [1, H, L, L] copy per layer)
+        self.dense = None if dense is None else dense.contiguous()
         self.causal, self.allowed = causal, allowed
         self._masked: torch.Tensor | None = None
 
-    def masked(self) -> torch.Tensor:
+    @property
+    def additive(self) -> bool:
+        return self.offsets is not None or self.dense is not None
+
+    def full(self, length_q: int, length_k: int) -> torch.Tensor | None:
+        """The additive bias as a ``[1 | B, H, Lq, Lk]`` tensor (materialises offsets)."""
+        if self.offsets is not None:
+            return toeplitz_rows(self.offsets, length_q, slice(0, length_q), slice(0, length_k)).unsqueeze(0)
+        return self.dense
+
+    def masked(self, length_q: int, length_k: int, device: torch.device) -> torch.Tensor | None:
+        """Bias, causal rule and structure mask as one SDPA mask: float with −inf, or boolean without a bias."""
         if self._masked is None:
-            if self.bias is None:  # a structure mask alone stays boolean (SDPA's cheaper form)
-                self._masked = self.allowed
-                return self._masked
             blocked = None if self.allowed is None else ~self.allowed
             if self.causal:
-                length_q, length_k = self.bias.shape[-2:]
-                future = torch.ones(length_q, length_k, dtype=torch.bool, device=self.bias.device).triu(1)
+                future = torch.ones(length_q, length_k, dtype=torch.bool, device=device).triu(1)
                 blocked = future if blocked is None else blocked | future
-            self._masked = self.bias if blocked is None else self.bias.masked_fill(blocked, float("-inf"))
+            bias = self.full(length_q, length_k)
+            if bias is None:  # a structure mask alone stays boolean (SDPA's cheaper form)
+                self._masked = None if blocked is None else ~blocked
+            else:
+                self._masked = bias if blocked is None else bias.masked_fill(blocked, float("-inf"))
         return self._masked
+
+    def blocks(self, length_q: int) -> cpu_flash.BiasBlocks:
+        return cpu_flash.BiasBlocks(length_q, offsets=self.offsets, dense=self.dense)
+
+    def score_mod(self, length_q: int):
+        if self.offsets is not None:
+            return flex.offset_score_mod(self.offsets, length_q)
+        return flex.dense_score_mod(self.dense)
+
+    def block_mask(self, length_q: int, length_k: int, device: torch.device):
+        if self.allowed is not None:
+            return flex.allowed_block_mask(self.allowed, self.causal)
+        if self.causal:
+            return flex.causal_block_mask(length_q, length_k, str(device))
+        return None
 
 
 def attend(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: AttentionBias | None, causal: bool, dropout: float
 ) -> torch.Tensor:
-    """SDPA with the cheapest correct kernel for this bias.
+    """Attention with the cheapest correct kernel for this bias.
 
-    Causal attention with a bias on the CPU goes to the CPU flash kernel with
-    ``is_causal=True`` *and* the additive bias: it skips the future blocks
-    instead of adding ``-inf`` to them (same values; measured ≈ 1.4× faster at
-    L = 1024 than SDPA with a float mask). A learned bias (T5, Shaw) gets its
-    gradient from :class:`_CausalFlashWithLearnedBias` instead of SDPA's general
-    kernel (measured in ``make bench``). Elsewhere (GPU, bidirectional,
-    dropout): SDPA with the bias as a float mask.
+    * no bias: SDPA (flash kernels, ``is_causal``);
+    * an additive bias on CUDA: FlexAttention, the bias read per score from its
+      offsets (:mod:`poslab.nn.kernels.flex`);
+    * an additive bias with causal attention on the CPU: ATen's flash kernel one
+      block of rows at a time, with the bias gradient in its backward
+      (:mod:`poslab.nn.kernels.cpu_flash`);
+    * everything else (dropout, a structure mask on the CPU, a torch without
+      those kernels): SDPA with the bias folded into a float mask.
     """
     if bias is None:
         return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, is_causal=causal)
-    if (
-        bias.bias is not None
-        and bias.allowed is None
-        and (
-            causal
-            and _CPU_FLASH is not None
-            and q.device.type == "cpu"
-            and dropout == 0.0
-            and q.shape[-2] == k.shape[-2]
-        )
-    ):
-        mask = bias.bias.to(q.dtype)
-        if mask.requires_grad:
-            return _CausalFlashWithLearnedBias.apply(q, k, v, mask)
-        return _CPU_FLASH(q, k, v, 0.0, True, attn_mask=mask)[0]
-    mask = bias.masked()
+    length_q, length_k = q.shape[-2], k.shape[-2]
+    if bias.additive and dropout == 0.0:
+        if q.device.type == "cuda" and flex.AVAILABLE and _flex_head_dim(q.shape[-1]):
+            score_mod = bias.score_mod(length_q)
+            return flex.flex_bias_attention(q, k, v, score_mod, bias.block_mask(length_q, length_k, q.device))
+        if (
+            q.device.type == "cpu"
+            and causal
+            and bias.allowed is None
+            and length_q == length_k
+            and cpu_flash.AVAILABLE
+            and not torch.compiler.is_compiling()
+        ):
+            return cpu_flash.causal_bias_attention(q, k, v, bias.blocks(length_q))
+    mask = bias.masked(length_q, length_k, q.device)
+    if mask is None:
+        return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, is_causal=causal)
     mask = mask if mask.dtype == torch.bool else mask.to(q.dtype)
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout)
+
+
+def _flex_head_dim(head_dim: int) -> bool:
+    """FlexAttention's fused kernels take power-of-two head dims of at least 16."""
+    return head_dim >= 16 and head_dim & (head_dim - 1) == 0
 
 
 class SelfAttention(nn.Module):

@@ -15,8 +15,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from poslab.encoders.base import PositionEncoder
+from poslab.encoders.offsets import toeplitz_offsets
 from poslab.nn.attention import AttentionBias, SelfAttention
-from poslab.positions import Positions
+from poslab.positions import Positions, steps_start
 
 
 class TransformerBlock(nn.Module):
@@ -80,11 +81,24 @@ class Transformer(nn.Module):
         return self.norm(x)
 
     def attention_bias(self, pos, num_prefix_tokens: int, dtype, device, allowed=None) -> AttentionBias | None:
-        """The encoder's bias (zero for prefix tokens), once per forward pass for all layers."""
-        bias = self.encoder.attention_bias(pos, pos)
+        """The encoder's bias (zero for prefix tokens), once per forward pass for all layers.
+
+        An offset-only bias on consecutive positions stays as its ``2L − 1``
+        values (the kernels build it block by block); any other is laid out
+        ``[1 | B, H, L, L]``.
+        """
+        allowed = None if allowed is None else allowed.to(device)
+        encoder = self.encoder
+        if encoder.uses("relative_bias") and not num_prefix_tokens and steps_start(pos) is not None:
+            length = encoder.field(pos).shape[-1]
+            values = encoder.relative_bias(toeplitz_offsets(length, length, device=device))
+            return AttentionBias(
+                offsets=values.to(device=device, dtype=torch.float32), causal=self.causal, allowed=allowed
+            )
+        bias = encoder.attention_bias(pos, pos)
         if bias is None:
-            return None if allowed is None else AttentionBias(None, self.causal, allowed.to(device))
+            return None if allowed is None else AttentionBias(causal=self.causal, allowed=allowed)
         bias = F.pad(bias.to(device=device, dtype=dtype), (num_prefix_tokens, 0, num_prefix_tokens, 0))
         if bias.dim() == 3:  # [H, L, L] -> [1, H, L, L]: broadcast over the batch (a 3D mask is slow in SDPA)
             bias = bias.unsqueeze(0)
-        return AttentionBias(bias, self.causal, None if allowed is None else allowed.to(device))
+        return AttentionBias(dense=bias, causal=self.causal, allowed=allowed)

@@ -25,6 +25,8 @@ al. 2018): the transformer then models what a linear forecaster misses.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import torch
 from torch import nn
 
@@ -44,7 +46,7 @@ def per_channel(pos: Positions, channels: int) -> Positions:
     steps = (
         pos.steps.repeat_interleave(channels, dim=0) if pos.steps is not None and pos.steps.dim() == 2 else pos.steps
     )
-    return Positions(steps=steps, times=times)
+    return replace(pos, steps=steps, times=times)
 
 
 def query_mask(past: int, future: int, device=None) -> torch.Tensor:
@@ -141,6 +143,7 @@ class Forecaster(nn.Module):
         patch_pos = Positions(
             steps=pos.steps[..., starts] if pos.steps is not None else None,
             times=pos.times[..., starts] if pos.times is not None else None,
+            steps_end=pos.steps_end,  # a subset of the steps: the same bound, no longer consecutive
         )
         return self.embed(patches), patch_pos
 
@@ -161,6 +164,11 @@ class Forecaster(nn.Module):
                 a, b = (t.expand(x.shape[0], -1) if t.dim() == 1 else t for t in (a, b))
             return torch.cat((a, b), dim=-1)
 
-        pos = Positions(steps=joined(pos_past.steps, pos_future.steps), times=joined(pos_past.times, pos_future.times))
+        ends = (pos_past.steps_end, pos_future.steps_end)
+        pos = Positions(
+            steps=joined(pos_past.steps, pos_future.steps),
+            times=joined(pos_past.times, pos_future.times),
+            steps_end=None if None in ends else max(ends),
+        )
         out = self.backbone(tokens, pos, allowed=query_mask(length, horizon, x.device))
         return self.head(out[:, length:]).squeeze(-1)

@@ -1,0 +1,74 @@
+"""Attention with an additive bias through FlexAttention (the CUDA path).
+
+The bias never exists as an ``L × L`` tensor: a ``score_mod`` adds, to each
+score, the value of its offset ``k − q`` (an offset-only bias: ``[H, Lq + Lk − 1]``
+values) or reads a dense ``[1 | B, H, Lq, Lk]`` bias; a ``BlockMask`` skips the
+blocks a causal or structured model never attends (He et al. 2024,
+"FlexAttention"). Gradients reach learned biases through the captured values.
+
+:data:`AVAILABLE` is False on a torch without ``torch.nn.attention.flex_attention``;
+attention then falls back to SDPA. FlexAttention needs ``torch.compile`` to be
+fused (its eager form materialises the scores) and has no backward on the CPU,
+so it is used on CUDA; its forward numerics are tested on the CPU.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+
+try:
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+except ImportError:  # torch < 2.5
+    create_block_mask = flex_attention = None
+
+#: Whether this torch has FlexAttention.
+AVAILABLE = flex_attention is not None
+
+
+def offset_score_mod(values: torch.Tensor, length_q: int):
+    """``score + values[h, k − q + Lq − 1]``: an offset-only bias read per score."""
+
+    def score_mod(score, b, h, q_idx, kv_idx):
+        return score + values[h, kv_idx - q_idx + length_q - 1].to(score.dtype)
+
+    return score_mod
+
+
+def dense_score_mod(bias: torch.Tensor):
+    """``score + bias[b | 0, h, q, k]``: a bias that is not offset-only (randomized positions, …)."""
+    per_sequence = bias.shape[0] > 1
+
+    def score_mod(score, b, h, q_idx, kv_idx):
+        return score + bias[b if per_sequence else 0, h, q_idx, kv_idx].to(score.dtype)
+
+    return score_mod
+
+
+@functools.lru_cache(maxsize=32)
+def causal_block_mask(length_q: int, length_k: int, device: str):
+    """The causal ``BlockMask`` of one shape, made once (building it costs more than using it)."""
+    return create_block_mask(lambda b, h, q, k: q >= k, None, None, length_q, length_k, device=device)
+
+
+def allowed_block_mask(allowed: torch.Tensor, causal: bool):
+    """A ``BlockMask`` from a boolean ``[Lq, Lk]`` structure mask (and the causal rule)."""
+
+    def mask_mod(b, h, q, k):
+        keep = allowed[q, k]
+        return keep & (q >= k) if causal else keep
+
+    length_q, length_k = allowed.shape
+    return create_block_mask(mask_mod, None, None, length_q, length_k, device=str(allowed.device))
+
+
+@functools.cache
+def _compiled():
+    return torch.compile(flex_attention, dynamic=False)
+
+
+def flex_bias_attention(q, k, v, score_mod, block_mask, compiled: bool = True) -> torch.Tensor:
+    """FlexAttention, compiled (fused) by default; ``compiled=False`` for the CPU reference checks."""
+    fn = _compiled() if compiled else flex_attention
+    return fn(q, k, v, score_mod=score_mod, block_mask=block_mask)

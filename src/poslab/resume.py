@@ -1,0 +1,100 @@
+"""``poslab train resume=<run dir>|last``: continue a killed or interrupted run.
+
+A run directory holds what continuing needs: ``config.yaml`` (the resolved
+config, written when the run starts), ``run.json`` (its W&B run id) and
+``checkpoints/last.ckpt`` (written every ``run.checkpoint_every_n_steps`` and on
+SIGTERM). The resumed run trains into the same directory and the same W&B run,
+from the checkpoint's step, and — with the same seed, on the CPU — ends with the
+metrics an uninterrupted run would have.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from poslab.errors import ConfigError
+
+CONFIG_FILE = "config.yaml"
+RECORD_FILE = "run.json"
+LAST_CHECKPOINT = Path("checkpoints") / "last.ckpt"
+#: What a resumed run may change: how long it trains, and where its files go.
+CHANGEABLE = ("trainer.max_steps", "trainer.max_epochs", "run.", "resume")
+
+
+def find_run(cfg: DictConfig) -> Path:
+    """The run directory ``cfg.resume`` names; ``last`` = the newest unfinished run of ``cfg.modality``."""
+    target = str(cfg.resume)
+    if target == "last":
+        root = Path(cfg.run.root) / cfg.modality
+        candidates = [
+            d for d in root.glob("*") if (d / LAST_CHECKPOINT).is_file() and not (d / "summary.json").exists()
+        ]
+        if not candidates:
+            raise ConfigError(f"resume=last: no unfinished {cfg.modality} run with a checkpoint under {root}")
+        return max(candidates, key=lambda d: (d / LAST_CHECKPOINT).stat().st_mtime).resolve()
+    run_dir = Path(target).expanduser().resolve()
+    if not run_dir.is_dir():
+        raise ConfigError(f"resume={target}: no such run directory")
+    if (run_dir / "summary.json").exists():
+        raise ConfigError(f"resume={target}: that run already finished (it has a summary.json)")
+    if not (run_dir / LAST_CHECKPOINT).is_file():
+        raise ConfigError(f"resume={target}: the run directory has no {LAST_CHECKPOINT} to continue from")
+    if not (run_dir / CONFIG_FILE).is_file():
+        raise ConfigError(f"resume={target}: the run directory has no {CONFIG_FILE} (not a poslab run?)")
+    return run_dir
+
+
+def resumed_config(cfg: DictConfig, overrides: list[str] | tuple[str, ...]) -> DictConfig:
+    """The stored config of the run ``cfg.resume`` names, with ``overrides`` applied and checked.
+
+    Only :data:`CHANGEABLE` keys may differ from the stored run; anything else
+    is one error line listing the keys.
+    """
+    from poslab.config import recompose, to_dict
+
+    run_dir = find_run(cfg)
+    stored = OmegaConf.to_container(OmegaConf.load(run_dir / CONFIG_FILE), resolve=True)
+    rest = [o for o in overrides if not o.startswith("resume=")]
+    new = recompose(stored, rest, fixed=())
+    changed = [k for k in differing_keys(stored, to_dict(new)) if not k.startswith(CHANGEABLE)]
+    if changed:
+        shown = ", ".join(f"{k} ({_get(stored, k)!r} -> {_get(to_dict(new), k)!r})" for k in changed[:8])
+        raise ConfigError(
+            f"resume={cfg.resume}: the config differs from the run's in {shown}; "
+            "a resumed run may change only trainer.max_steps, trainer.max_epochs and run.*"
+        )
+    new.resume = str(run_dir)
+    new.run.name = run_dir.name
+    new.run.root = str(run_dir.parent.parent)
+    return new
+
+
+def differing_keys(a: Any, b: Any, prefix: str = "") -> list[str]:
+    """Dotted keys whose values differ between two nested dicts."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        keys = sorted(set(a) | set(b))
+        return [k for key in keys for k in differing_keys(a.get(key), b.get(key), f"{prefix}{key}.")]
+    return [] if a == b else [prefix.rstrip(".")]
+
+
+def _get(tree: dict, dotted: str) -> Any:
+    for part in dotted.split("."):
+        tree = tree.get(part) if isinstance(tree, dict) else None
+    return tree
+
+
+def write_record(run_dir: Path, cfg: DictConfig, wandb_id: str) -> None:
+    """``config.yaml`` and ``run.json``: what a later ``resume=`` reads."""
+    from poslab.rundir import write_json_atomic
+
+    (run_dir / CONFIG_FILE).write_text(OmegaConf.to_yaml(cfg))
+    write_json_atomic(run_dir / RECORD_FILE, {"wandb_id": wandb_id})
+
+
+def read_record(run_dir: Path) -> dict[str, Any]:
+    path = run_dir / RECORD_FILE
+    return json.loads(path.read_text()) if path.is_file() else {}

@@ -1,0 +1,92 @@
+"""The attention kernels for additive biases against SDPA with the bias written out.
+
+FlexAttention's forward runs on the CPU (its backward does not, in torch
+2.14): its numerics are checked here for every offset-only encoder in the
+registry; gradients through it are checked on a GPU by ``make gpu-check``.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from poslab.encoders import available_encoders, build_encoder, encoder_class
+from poslab.nn.attention import AttentionBias
+from poslab.nn.backbone import Transformer
+from poslab.nn.kernels import flex
+from poslab.positions import Positions
+
+OFFSET_ONLY = [n for n in available_encoders() if encoder_class(n).uses("relative_bias")]
+LENGTH, HEADS, HEAD_DIM = 40, 2, 16
+
+
+def written_out(encoder, length: int) -> torch.Tensor:
+    """``[H, L, L]``: the encoder's bias at every (i, j), one offset j − i at a time."""
+    rows = [encoder.relative_bias(torch.tensor([float(j - i) for j in range(length)])) for i in range(length)]
+    return torch.stack(rows, dim=1)  # [H, L(i), L(j)]
+
+
+def trained_like(name: str):
+    torch.manual_seed(0)
+    enc = build_encoder(name, dim=HEADS * HEAD_DIM, num_heads=HEADS)
+    for p in enc.parameters():
+        torch.nn.init.normal_(p)  # learned biases start at zero: give them values that can be wrong
+    return enc
+
+
+@pytest.mark.skipif(not flex.AVAILABLE, reason="this torch has no FlexAttention")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+@pytest.mark.parametrize("name", OFFSET_ONLY)
+def test_flex_score_mod_equals_sdpa_with_the_bias_written_out(name, dtype):
+    enc = trained_like(name)
+    q, k, v = (torch.randn(2, HEADS, LENGTH, HEAD_DIM, dtype=dtype) for _ in range(3))
+    with torch.no_grad():
+        values = enc.relative_bias(torch.arange(-(LENGTH - 1), LENGTH, dtype=torch.float32))
+        bias = AttentionBias(offsets=values, causal=True)
+        score_mod = bias.score_mod(LENGTH)
+        mask = bias.block_mask(LENGTH, LENGTH, q.device)
+        got = flex.flex_bias_attention(q, k, v, score_mod, mask, compiled=False)
+        future = torch.ones(LENGTH, LENGTH, dtype=torch.bool).triu(1)
+        dense = written_out(enc, LENGTH).masked_fill(future, float("-inf"))[None].to(dtype)
+        want = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), attn_mask=dense.float())
+    tolerance = 1e-5 if dtype == torch.float32 else 1e-2
+    torch.testing.assert_close(got.float(), want, atol=tolerance, rtol=tolerance)
+
+
+@pytest.mark.skipif(not flex.AVAILABLE, reason="this torch has no FlexAttention")
+def test_flex_dense_score_mod_reads_a_per_sequence_bias():
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, HEADS, 12, HEAD_DIM) for _ in range(3))
+    dense = torch.randn(2, HEADS, 12, 12)
+    with torch.no_grad():
+        bias = AttentionBias(dense=dense, causal=False)
+        got = flex.flex_bias_attention(q, k, v, bias.score_mod(12), None, compiled=False)
+        want = F.scaled_dot_product_attention(q, k, v, attn_mask=dense)
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("name", OFFSET_ONLY)
+def test_backbone_keeps_an_offset_bias_as_its_offsets_only_when_the_data_says_consecutive(name):
+    """Consecutive positions: 2L − 1 values, no L x L tensor; randomized ones: the dense bias. Same model output
+    where both apply."""
+    enc = trained_like(name)
+    torch.manual_seed(1)
+    model = Transformer(enc, dim=HEADS * HEAD_DIM, depth=2, num_heads=HEADS, causal=True)
+    stated = Positions.consecutive(LENGTH)
+    unstated = Positions(steps=torch.arange(LENGTH).expand(2, -1))  # batched: nothing stated
+    compact = model.attention_bias(stated, 0, torch.float32, torch.device("cpu"))
+    assert compact.offsets is not None and compact.offsets.shape == (HEADS, 2 * LENGTH - 1) and compact.dense is None
+    full = model.attention_bias(unstated, 0, torch.float32, torch.device("cpu"))
+    assert full.dense is not None and full.offsets is None
+    x = torch.randn(2, LENGTH, HEADS * HEAD_DIM)
+    torch.testing.assert_close(model(x, stated), model(x, unstated), atol=1e-5, rtol=1e-5)
+
+
+def test_structure_mask_without_a_bias_keeps_the_causal_rule():
+    """A structure mask and the causal flag, no additive bias: both apply (neither is dropped)."""
+    allowed = torch.ones(4, 4, dtype=torch.bool)
+    allowed[:, 0] = False
+    mask = AttentionBias(causal=True, allowed=allowed).masked(4, 4, torch.device("cpu"))
+    expected = torch.ones(4, 4, dtype=torch.bool).tril() & allowed
+    assert torch.equal(mask, expected)

@@ -1,0 +1,94 @@
+"""Runs anywhere: every tensor on the model's device, and no host synchronisation in a hook.
+
+Without a GPU, the ``meta`` device stands in for one: an op that mixes a CPU
+tensor with a meta tensor raises as it would with CUDA, and reading a value
+(``.item()``, ``int(t)``, ``if t:``) raises because a meta tensor has none —
+the host synchronisations a GPU would stall on. Parametrized over the
+registry, so a new encoder is checked with no edit here.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.utils._pytree import tree_map
+
+from poslab.config import compose
+from poslab.data import build_datamodule
+from poslab.encoders import available_encoders, encoder_class
+from poslab.evaluation.similarity import position_similarity
+from poslab.positions import Positions
+from poslab.tasks import build_task
+from tests.encoders.test_registry import build
+
+META = torch.device("meta")
+LENGTH = 16
+
+
+def meta_positions(facts: bool) -> Positions:
+    """What a data module hands over (4x4 grid, hourly stamps), on the meta device; with or without its facts."""
+    coords = torch.tensor([[r, c] for r in range(4) for c in range(4)], dtype=torch.float32)
+    times = 1_467_331_200 + 3600 * torch.arange(LENGTH)
+    pos = Positions(steps=torch.arange(LENGTH), coords=coords, times=times).to(META)
+    if facts:
+        pos = Positions(
+            steps=pos.steps, coords=pos.coords, times=pos.times, steps_start=0, steps_end=LENGTH, coords_grid=(4, 4)
+        )
+    return pos
+
+
+@pytest.mark.parametrize("facts", [True, False], ids=["with-facts", "bare"])
+@pytest.mark.parametrize("name", available_encoders())
+def test_every_hook_runs_on_the_meta_device(name, facts):
+    """Each overridden hook and the similarity figure, given meta tensors, make meta tensors only."""
+    enc = build(name).to(META)
+    pos = meta_positions(facts)
+    hooks = encoder_class(name).hooks()
+    x = torch.empty(2, LENGTH, 32, device=META)
+    q = torch.empty(2, 2, LENGTH, 16, device=META)
+    if "encode_input" in hooks:
+        assert enc.encode_input(x, pos).device == META
+    if "rotate" in hooks:
+        assert enc.rotate(q, pos).device == META
+    if "attention_bias" in hooks:
+        bias = enc.attention_bias(pos, pos)
+        assert bias is None or bias.device == META
+    if "relative_bias" in hooks:
+        assert enc.relative_bias(torch.arange(-3.0, 4.0, device=META)).shape == (2, 7)
+    scores = position_similarity(enc, pos, LENGTH, device=META)
+    assert scores.device == META and scores.shape == (LENGTH, LENGTH)
+
+
+def test_the_meta_device_catches_a_host_read_and_a_cpu_tensor():
+    """The two faults the test above relies on: reading a value, and mixing in a CPU tensor."""
+    t = torch.arange(4, device=META)
+    with pytest.raises((RuntimeError, NotImplementedError)):
+        int(t.max())
+    with pytest.raises((RuntimeError, NotImplementedError)):
+        t + torch.arange(4)
+
+
+def _tiny(request, name: str) -> list[str]:
+    return request.getfixturevalue(name)
+
+
+MODALITIES = {"vision": "tiny", "text": "tiny_text", "timeseries": "tiny_ts"}
+
+
+def _cases() -> list[tuple[str, str]]:
+    return [(m, e) for m in MODALITIES for e in available_encoders(m)]
+
+
+@pytest.mark.parametrize(("modality", "encoder"), _cases())
+def test_a_training_step_of_every_modality_runs_on_the_meta_device(modality, encoder, request):
+    """The model, its batch and its positions on meta: a training step's loss is a meta tensor."""
+    cfg = compose([*_tiny(request, MODALITIES[modality]), f"encoder={encoder}"])
+    datamodule = build_datamodule(cfg)
+    datamodule.prepare_data()
+    datamodule.setup("fit")
+    task = build_task(cfg, datamodule).to(META)
+    raw = next(iter(datamodule.train_dataloader()))
+    batch = datamodule.as_batch(tree_map(lambda t: t.to(META) if isinstance(t, torch.Tensor) else t, raw))
+    loss = task.training_step(batch, 0)
+    loss = loss["loss"] if isinstance(loss, dict) else loss
+    assert loss.device == META
