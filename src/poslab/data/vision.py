@@ -17,7 +17,6 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader, TensorDataset
 
-from poslab.data.resumable import ResumableLoader
 from poslab.data.vision_sources import SOURCES, ImageSource
 from poslab.encoders.grid import grid_coordinates
 from poslab.errors import ConfigError
@@ -191,9 +190,8 @@ class VisionDataModule(L.LightningDataModule):
 
     def _loader(self, split: str, batch_size: int, shuffle: bool = False) -> DataLoader:
         workers = self.cfg.num_workers
-        return ResumableLoader(
+        return DataLoader(
             self.splits[split],
-            seed=self.seed,
             batch_size=batch_size,
             shuffle=shuffle,
             num_workers=workers,
