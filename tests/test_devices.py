@@ -92,3 +92,19 @@ def test_a_training_step_of_every_modality_runs_on_the_meta_device(modality, enc
     loss = task.training_step(batch, 0)
     loss = loss["loss"] if isinstance(loss, dict) else loss
     assert loss.device == META
+
+
+def test_range_checks_come_from_the_stated_facts_without_reading_the_device():
+    """A learned table too short for the stated bound, or a 2D table smaller than the stated grid: a clear error
+    raised on meta tensors, whose values cannot be read — so the facts alone decided it."""
+    from poslab.encoders.learned import PositionOutOfRange
+    from poslab.errors import PoslabError
+
+    learned = build("learned").to(META)  # max_len 64
+    x = torch.empty(1, 65, 32, device=META)
+    with pytest.raises(PositionOutOfRange, match="position 64 is past encoder.max_len=64"):
+        learned.encode_input(x, Positions(steps=torch.empty(65, device=META), steps_start=0, steps_end=65))
+    table = build("learned2d").to(META)  # a 4x4 table
+    coords = torch.empty(36, 2, device=META)
+    with pytest.raises(PoslabError, match="reach row 5, col 5 but the table is 4x4"):
+        table.encode_input(torch.empty(1, 36, 32, device=META), Positions(coords=coords, coords_grid=(6, 6)))

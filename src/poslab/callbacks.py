@@ -18,6 +18,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from matplotlib.figure import Figure
 
 from poslab import plots
+from poslab.data.resumable import ResumableLoader
 from poslab.evaluation.similarity import position_similarity
 from poslab.loggers import log_figure, log_line_chart, log_table
 
@@ -56,6 +57,8 @@ class PeriodicLast(ModelCheckpoint):
 
     @property
     def state_key(self) -> str:
+        # ModelCheckpoint's key is built from its settings, and on_train_start changes one of them:
+        # a fixed key lets a resumed run find this callback's state.
         return "PeriodicLast"
 
     def on_train_start(self, trainer, pl_module) -> None:
@@ -73,19 +76,17 @@ class PeriodicLast(ModelCheckpoint):
 class TrainingPosition(L.Callback):
     """What a resumed run needs beyond the model and optimiser to continue exactly like an uninterrupted one.
 
-    Saved with every checkpoint: the global torch RNG states (dropout, augmentation
-    and randomized positions draw from them), restored when training restarts;
-    and, through :class:`~poslab.data.resumable.ResumableLoader`, how many
-    batches of the epoch training consumed.
+    Saved with every checkpoint: the global torch RNG states (dropout, augmentation,
+    randomized positions and a shuffled loader's order draw from them), restored as
+    soon as the checkpoint is read — before Lightning builds the training loader,
+    which then redraws its epoch's order (:mod:`poslab.data.resumable`). Also
+    tells that loader how many batches training consumed (it runs ahead).
     """
-
-    def __init__(self) -> None:
-        self._pending: dict | None = None
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         loader = trainer.train_dataloader
-        if hasattr(loader, "done"):
-            loader.done = batch_idx + 1
+        if isinstance(loader, ResumableLoader):
+            loader.consumed(batch_idx + 1, epoch_over=batch_idx + 1 >= trainer.num_training_batches)
 
     def state_dict(self) -> dict:
         state = {"cpu": torch.get_rng_state()}
@@ -94,15 +95,11 @@ class TrainingPosition(L.Callback):
         return state
 
     def load_state_dict(self, state_dict: dict) -> None:
-        self._pending = state_dict
-
-    def on_train_start(self, trainer, pl_module) -> None:
-        """Restore the RNG last thing before the first batch (after the sanity check and the figures)."""
-        if self._pending is not None:
-            torch.set_rng_state(self._pending["cpu"])
-            if "cuda" in self._pending and torch.cuda.is_available():
-                torch.cuda.set_rng_state_all(self._pending["cuda"])
-            self._pending = None
+        """Nothing between here and the first resumed batch draws from the global RNG (evaluation loaders
+        have their own generator; the sanity check runs in eval mode), as between two steps of the run."""
+        torch.set_rng_state(state_dict["cpu"])
+        if "cuda" in state_dict and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(state_dict["cuda"])
 
 
 class EncoderFigure(Reporter):

@@ -63,10 +63,6 @@ class Positions:
     def available(self) -> tuple[str, ...]:
         return tuple(name for name in POSITION_FIELDS if getattr(self, name) is not None)
 
-    def with_steps(self, steps: torch.Tensor | None, start: int | None = None, end: int | None = None) -> Positions:
-        """The same positions with other steps; facts not restated are dropped (unknown)."""
-        return replace(self, steps=steps, steps_start=start, steps_end=end)
-
 
 def readable(t: torch.Tensor) -> bool:
     """Whether reading ``t``'s values costs nothing: a CPU tensor outside ``torch.compile``.

@@ -23,6 +23,8 @@ RECORD_FILE = "run.json"
 LAST_CHECKPOINT = Path("checkpoints") / "last.ckpt"
 #: What a resumed run may change: how long it trains, and where its files go.
 CHANGEABLE = ("trainer.max_steps", "trainer.max_epochs", "run.", "resume")
+#: Group selections that name what a run is, and the key holding that name in its config.
+IDENTITY = {"modality": "modality", "encoder": "encoder.name", "experiment": "experiment"}
 
 
 def find_run(cfg: DictConfig) -> Path:
@@ -58,11 +60,26 @@ def resumed_config(cfg: DictConfig, overrides: list[str] | tuple[str, ...]) -> D
 
     run_dir = find_run(cfg)
     stored = OmegaConf.to_container(OmegaConf.load(run_dir / CONFIG_FILE), resolve=True)
-    rest = [o for o in overrides if not o.startswith("resume=")]
+    stored_cfg = OmegaConf.create(stored)
+    rest, changed = [], []
+    for item in overrides:
+        key, _, value = item.partition("=")
+        if key == "resume":
+            continue
+        if key in IDENTITY:  # a selection that names what the run is: fine when it names the same
+            now = OmegaConf.select(stored_cfg, IDENTITY[key])
+            if value != str(now):
+                changed.append((IDENTITY[key], now, value))
+            continue
+        rest.append(item)
     new = recompose(stored, rest, fixed=())
-    changed = [k for k in differing_keys(stored, to_dict(new)) if not k.startswith(CHANGEABLE)]
+    changed += [
+        (k, OmegaConf.select(stored_cfg, k), OmegaConf.select(new, k))
+        for k in differing_keys(stored, to_dict(new))
+        if not k.startswith(CHANGEABLE)
+    ]
     if changed:
-        shown = ", ".join(f"{k} ({_get(stored, k)!r} -> {_get(to_dict(new), k)!r})" for k in changed[:8])
+        shown = ", ".join(f"{k} ({old!r} -> {now!r})" for k, old, now in changed[:8])
         raise ConfigError(
             f"resume={cfg.resume}: the config differs from the run's in {shown}; "
             "a resumed run may change only trainer.max_steps, trainer.max_epochs and run.*"
@@ -79,12 +96,6 @@ def differing_keys(a: Any, b: Any, prefix: str = "") -> list[str]:
         keys = sorted(set(a) | set(b))
         return [k for key in keys for k in differing_keys(a.get(key), b.get(key), f"{prefix}{key}.")]
     return [] if a == b else [prefix.rstrip(".")]
-
-
-def _get(tree: dict, dotted: str) -> Any:
-    for part in dotted.split("."):
-        tree = tree.get(part) if isinstance(tree, dict) else None
-    return tree
 
 
 def write_record(run_dir: Path, cfg: DictConfig, wandb_id: str) -> None:

@@ -89,15 +89,13 @@ def _fit_and_test(cfg, datamodule, task, run_dir: Path, name: str, logger: Any, 
     last = run_dir / LAST_CHECKPOINT
     try:
         trainer.fit(task, datamodule=datamodule, ckpt_path=str(last) if cfg.resume else None, weights_only=False)
+        interrupted = trainer.received_sigterm  # Lightning may also end the fit quietly after the signal
     except SIGTERMException:
+        interrupted = True
+    if interrupted:
         raise RunInterrupted(
             f"interrupted by SIGTERM at step {trainer.global_step}; checkpoint saved, continue with: "
             f"poslab train resume={run_dir}",
-            signal.SIGTERM,
-        ) from None
-    if trainer.received_sigterm:  # Lightning may end the fit quietly after the signal
-        raise RunInterrupted(
-            f"interrupted by SIGTERM at step {trainer.global_step}; continue with: poslab train resume={run_dir}",
             signal.SIGTERM,
         )
     fit_metrics = scalar_metrics(trainer.callback_metrics)

@@ -11,6 +11,8 @@ from poslab.encoders import build_encoder
 from poslab.encoders.grid import grid_coordinates, resample_grid_table, sample_grid_table
 from poslab.encoders.rope2d_mixed import init_mixed_frequencies
 from poslab.errors import PoslabError
+from poslab.positions import Positions
+from tests.encoders.test_registry import build
 
 
 def coords_of(*pairs):
@@ -144,3 +146,13 @@ def test_rope_similarity_decays_with_distance():
     s = position_similarity(enc, grid_coordinates((1, 16)), 16)
     assert s[0, 0] == pytest.approx(32 / math.sqrt(32), rel=1e-5)  # Σ over 32 channels of 1·1 / √Dh
     assert s[0, 1] > s[0, 8]
+
+
+def test_learned2d_uses_the_stated_grid_as_reading_the_coordinates_would():
+    """Integer cells stated by the data (coords_grid) pick the same table rows as coordinates read on the CPU."""
+    enc = build("learned2d")
+    coords = grid_coordinates((4, 4))
+    x = torch.zeros(1, 16, 32)
+    stated = enc.encode_input(x, Positions(coords=coords, coords_grid=(4, 4)))
+    torch.testing.assert_close(stated, enc.encode_input(x, coords))
+    torch.testing.assert_close(stated[0, 6], enc.table[1, 2].detach())  # patch 6 = row 1, col 2

@@ -63,16 +63,16 @@ class SequenceDataModule(TextDataModule):
         queries = self.cfg.queries if self.cfg.name == "associative_recall" else 1
         largest = max(1, self.size - (queries - 1))  # Q queries cost Q - 1 pairs: the length budget holds
         stream = TaskStream(self.cfg.name, largest, self.cfg.batch_size, self.cfg.symbols, self.stream_seed(), queries)
-        return ResumableLoader(stream, batch_size=None)
+        return self.resumable(ResumableLoader(stream, batch_size=None))
 
     def val_dataloader(self) -> DataLoader:
-        return ResumableLoader(self.fixed_set(self.size, 1), batch_size=None)
+        return DataLoader(self.fixed_set(self.size, 1), batch_size=None)
 
     def test_dataloader(self) -> DataLoader:
-        return ResumableLoader(self.fixed_set(self.size, 2), batch_size=None)
+        return DataLoader(self.fixed_set(self.size, 2), batch_size=None)
 
     def lengen_loader(self, multiple: int) -> DataLoader:
-        return ResumableLoader(self.fixed_set(task_size(self.cfg.name, self.context * multiple), 3), batch_size=None)
+        return DataLoader(self.fixed_set(task_size(self.cfg.name, self.context * multiple), 3), batch_size=None)
 
     def as_batch(self, item: dict, training: bool = False) -> dict[str, Any]:
         windows = item["windows"]

@@ -20,7 +20,7 @@ import lightning as L
 import torch
 from torch.utils.data import DataLoader, Dataset, IterableDataset
 
-from poslab.data.resumable import ResumableLoader
+from poslab.data.resumable import ResumableLoader, ResumableTraining
 from poslab.data.text_sources import SOURCES, TextSplits
 from poslab.errors import ConfigError, DataError
 from poslab.positions import Positions
@@ -88,7 +88,7 @@ class ContiguousWindows(Dataset):
         return self.tokens[i * self.length : (i + 1) * self.length + 1]
 
 
-class TextDataModule(L.LightningDataModule):
+class TextDataModule(ResumableTraining, L.LightningDataModule):
     def __init__(self, cfg: Any, seed: int = 0, train_data: Any = None) -> None:
         super().__init__()
         self.cfg = cfg
@@ -135,23 +135,19 @@ class TextDataModule(L.LightningDataModule):
 
     def train_dataloader(self) -> DataLoader:
         windows = RandomWindows(self.splits["train"], self.context, self.cfg.batch_size, self.stream_seed())
-        return ResumableLoader(windows, batch_size=None)
+        return self.resumable(ResumableLoader(windows, batch_size=None))
 
     def val_dataloader(self) -> DataLoader:
-        return ResumableLoader(
-            ContiguousWindows(self.held_out("val"), self.context), batch_size=self.cfg.eval_batch_size
-        )
+        return DataLoader(ContiguousWindows(self.held_out("val"), self.context), batch_size=self.cfg.eval_batch_size)
 
     def test_dataloader(self) -> DataLoader:
-        return ResumableLoader(
-            ContiguousWindows(self.held_out("test"), self.context), batch_size=self.cfg.eval_batch_size
-        )
+        return DataLoader(ContiguousWindows(self.held_out("test"), self.context), batch_size=self.cfg.eval_batch_size)
 
     def lengen_loader(self, multiple: int) -> DataLoader:
         """Test windows of ``multiple`` × the training context (same characters at every length)."""
         length = self.context * multiple
         batch = max(1, self.cfg.eval_batch_size // multiple)
-        return ResumableLoader(ContiguousWindows(self.held_out("test"), length), batch_size=batch)
+        return DataLoader(ContiguousWindows(self.held_out("test"), length), batch_size=batch)
 
     def on_after_batch_transfer(self, batch: torch.Tensor, dataloader_idx: int) -> dict[str, Any]:
         training = self.trainer is not None and self.trainer.training

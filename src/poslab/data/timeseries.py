@@ -15,7 +15,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from poslab.data.resumable import ResumableLoader
+from poslab.data.resumable import ResumableLoader, ResumableTraining
 from poslab.data.timeseries_sources import SOURCES, Series
 from poslab.errors import ConfigError
 from poslab.positions import Positions
@@ -49,7 +49,7 @@ def seasonal_steps(step_seconds: int) -> dict[str, int]:
     return {"day": 86_400 // step_seconds, "week": 604_800 // step_seconds}
 
 
-class TimeSeriesDataModule(L.LightningDataModule):
+class TimeSeriesDataModule(ResumableTraining, L.LightningDataModule):
     def __init__(self, cfg: Any, seed: int = 0, train_data: Any = None) -> None:
         super().__init__()
         self.cfg = cfg
@@ -109,12 +109,13 @@ class TimeSeriesDataModule(L.LightningDataModule):
             first = lookback
         return ForecastWindows(self.values, self.times, lookback, horizon or self.horizon, first, end)
 
-    def loader(self, split: str, lookback: int | None = None, horizon: int | None = None, shuffle: bool = False):
-        size = self.cfg.batch_size if split == "train" else self.cfg.eval_batch_size
-        return ResumableLoader(self.windows(split, lookback, horizon), seed=self.seed, batch_size=size, shuffle=shuffle)
+    def loader(self, split: str, lookback: int | None = None, horizon: int | None = None) -> DataLoader:
+        """Windows of a split in order (evaluation, probes)."""
+        return DataLoader(self.windows(split, lookback, horizon), batch_size=self.cfg.eval_batch_size)
 
     def train_dataloader(self) -> DataLoader:
-        return self.loader("train", shuffle=True)
+        windows = self.windows("train")
+        return self.resumable(ResumableLoader(windows, seed=self.seed, batch_size=self.cfg.batch_size, shuffle=True))
 
     def val_dataloader(self) -> DataLoader:
         return self.loader("val")

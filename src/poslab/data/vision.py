@@ -17,6 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader, TensorDataset
 
+from poslab.data.resumable import ResumableLoader, ResumableTraining
 from poslab.data.vision_sources import SOURCES, ImageSource
 from poslab.encoders.grid import grid_coordinates
 from poslab.errors import ConfigError
@@ -85,7 +86,7 @@ def random_affine(images: torch.Tensor, rotate: float, scale: float, translate: 
     return F.grid_sample(images - background, grid, align_corners=False) + background
 
 
-class VisionDataModule(L.LightningDataModule):
+class VisionDataModule(ResumableTraining, L.LightningDataModule):
     """Image classification data with patch positions.
 
     ``train_data`` is the ``data`` config the model was trained with (``poslab
@@ -180,7 +181,15 @@ class VisionDataModule(L.LightningDataModule):
         self.splits = {k: TensorDataset(x, y) for k, (x, y) in parts.items()}
 
     def train_dataloader(self) -> DataLoader:
-        return self._loader("train", self.cfg.batch_size, shuffle=True)
+        workers = self.cfg.num_workers
+        train = ResumableLoader(
+            self.splits["train"],
+            batch_size=self.cfg.batch_size,
+            shuffle=True,
+            num_workers=workers,
+            persistent_workers=workers > 0,
+        )
+        return self.resumable(train)
 
     def val_dataloader(self) -> DataLoader:
         return self._loader("val", self.cfg.eval_batch_size)
@@ -188,14 +197,10 @@ class VisionDataModule(L.LightningDataModule):
     def test_dataloader(self) -> DataLoader:
         return self._loader("test", self.cfg.eval_batch_size)
 
-    def _loader(self, split: str, batch_size: int, shuffle: bool = False) -> DataLoader:
+    def _loader(self, split: str, batch_size: int) -> DataLoader:
         workers = self.cfg.num_workers
         return DataLoader(
-            self.splits[split],
-            batch_size=batch_size,
-            shuffle=shuffle,
-            num_workers=workers,
-            persistent_workers=workers > 0,
+            self.splits[split], batch_size=batch_size, num_workers=workers, persistent_workers=workers > 0
         )
 
     def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> dict[str, Any]:

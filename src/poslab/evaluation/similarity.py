@@ -32,9 +32,8 @@ def position_similarity(
     Computed where the encoder lives: ``device``, else that of its parameters
     or buffers (ALiBi and RoPE-2D hold buffers only), else the CPU.
     """
-    home = device or encoder_device(encoder)
-    pos = pos.to(home)
-    device = home
+    device = device or encoder_device(encoder)
+    pos = pos.to(device)
     scores = torch.zeros(length, length, device=device)
     hooks = encoder.hooks()
     if "encode_input" in hooks:

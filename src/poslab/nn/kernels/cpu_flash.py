@@ -81,7 +81,7 @@ def _rows_per_block(batch: int, heads: int, length: int) -> int:
 
 def _masked_block(bias: torch.Tensor, start: int, stop: int, dtype: torch.dtype) -> torch.Tensor:
     """The bias block with −inf where a row would see a later key (only the diagonal part)."""
-    block = bias.to(dtype).clone() if bias.dtype == dtype else bias.to(dtype)
+    block = bias.to(dtype, copy=True)
     future = torch.ones(stop - start, stop - start, dtype=torch.bool, device=block.device).triu(1)
     block[..., start:stop].masked_fill_(future, float("-inf"))
     return block
