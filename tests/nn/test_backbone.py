@@ -111,14 +111,16 @@ def test_attention_is_softmax_of_scaled_scores_plus_bias():
     torch.testing.assert_close(attn(x, enc, torch.arange(4), bias=AttentionBias(dense=bias, causal=False)), expected)
 
 
+@pytest.mark.parametrize("whole", [0, 1 << 30], ids=["blocks", "whole"])  # bias laid out block by block / once
 @pytest.mark.parametrize("budget", [4 * 2 * 2 * 9, 1 << 21])  # 4-row blocks, and one block
 @pytest.mark.parametrize("bias_batch", [1, 2])
 @pytest.mark.parametrize("learned", [False, True])
-def test_causal_bias_kernels_agree_with_the_explicit_mask(learned, bias_batch, budget, monkeypatch):
+def test_causal_bias_kernels_agree_with_the_explicit_mask(learned, bias_batch, budget, whole, monkeypatch):
     """The CPU fast path (flash, is_causal + bias) equals SDPA with the -inf mask, values and gradients."""
     from poslab.nn.kernels import cpu_flash
 
     monkeypatch.setattr(cpu_flash, "BLOCK_ELEMENTS", budget)
+    monkeypatch.setattr(cpu_flash, "FULL_MASK_ELEMENTS", whole)
     torch.manual_seed(0)
     q, k, v = (torch.randn(2, 2, 9, 8, requires_grad=True) for _ in range(3))
     bias = torch.randn(bias_batch, 2, 9, 9, requires_grad=learned)  # [B, H, L, L]: per-sequence positions
@@ -134,15 +136,17 @@ def test_causal_bias_kernels_agree_with_the_explicit_mask(learned, bias_batch, b
         torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-4)
 
 
+@pytest.mark.parametrize("whole", [0, 1 << 30], ids=["blocks", "whole"])  # bias laid out block by block / once
 @pytest.mark.parametrize("budget", [2 * 2 * 11 * 3, 2 * 2 * 11 * 5, 1 << 21])  # 3- and 5-row blocks, one block
 @pytest.mark.parametrize("learned", [False, True])
-def test_offset_bias_kernel_builds_each_block_from_the_offsets(learned, budget, monkeypatch):
+def test_offset_bias_kernel_builds_each_block_from_the_offsets(learned, budget, whole, monkeypatch):
     """An offset-only bias given as its 2L − 1 values: the blocked CPU kernel equals SDPA with the
     bias B[h, i, j] = values[h, j − i + L − 1] written out entry by entry, values and gradients (the
     values' gradient is the sum of dS along each diagonal)."""
     from poslab.nn.kernels import cpu_flash
 
     monkeypatch.setattr(cpu_flash, "BLOCK_ELEMENTS", budget)
+    monkeypatch.setattr(cpu_flash, "FULL_MASK_ELEMENTS", whole)
     torch.manual_seed(0)
     length = 11
     q, k, v = (torch.randn(2, 2, length, 8, requires_grad=True) for _ in range(3))
@@ -178,3 +182,26 @@ def test_learned_bias_backward_in_bfloat16_matches_the_float32_reference():
     for low, full in zip(grads, expected, strict=True):
         assert low.dtype == torch.bfloat16
         torch.testing.assert_close(low.float(), full, atol=0.1, rtol=0.05)
+
+
+def test_offset_kernel_is_exact_where_a_steep_bias_makes_most_probabilities_vanish(monkeypatch):
+    """Far keys of a steep ALiBi-like bias have probabilities far below float32's normal range; the kernel cuts
+    them to zero (no denormals) and its gradients still equal SDPA's."""
+    from poslab.nn.kernels import cpu_flash
+
+    monkeypatch.setattr(cpu_flash, "FULL_MASK_ELEMENTS", 0)
+    monkeypatch.setattr(cpu_flash, "BLOCK_ELEMENTS", 2 * 2 * 64 * 8)
+    torch.manual_seed(0)
+    length = 64
+    q, k, v = (torch.randn(2, 2, length, 8, requires_grad=True) for _ in range(3))
+    offsets = torch.arange(-(length - 1), length, dtype=torch.float32)
+    values = torch.tensor([[8.0], [2.0]]) * offsets  # -8·(i − j): e^-69 is reached 9 keys back
+    i, j = torch.arange(length)[:, None], torch.arange(length)[None, :]
+    dense = torch.tensor([8.0, 2.0])[:, None, None] * (j - i).float()
+    fast = attend(q, k, v, AttentionBias(offsets=values, causal=True), causal=True, dropout=0.0)
+    reference = F.scaled_dot_product_attention(q, k, v, attn_mask=dense.masked_fill(j > i, float("-inf"))[None])
+    torch.testing.assert_close(fast, reference)
+    grads = torch.autograd.grad(fast.square().sum(), (q, k, v))
+    expected = torch.autograd.grad(reference.square().sum(), (q, k, v))
+    for got, want in zip(grads, expected, strict=True):
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-4)

@@ -50,6 +50,7 @@ class AttentionBias:
         self.dense = None if dense is None else dense.contiguous()
         self.causal, self.allowed = causal, allowed
         self._masked: torch.Tensor | None = None
+        self._blocks: cpu_flash.BiasBlocks | None = None
 
     @property
     def additive(self) -> bool:
@@ -76,7 +77,10 @@ class AttentionBias:
         return self._masked
 
     def blocks(self, length_q: int) -> cpu_flash.BiasBlocks:
-        return cpu_flash.BiasBlocks(length_q, offsets=self.offsets, dense=self.dense)
+        """The CPU kernel's view of the bias, made once for every layer (it caches what it lays out)."""
+        if self._blocks is None:
+            self._blocks = cpu_flash.BiasBlocks(length_q, offsets=self.offsets, dense=self.dense)
+        return self._blocks
 
     def score_mod(self, length_q: int):
         if self.offsets is not None:

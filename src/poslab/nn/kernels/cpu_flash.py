@@ -23,7 +23,10 @@ falls back to SDPA. Tested with torch 2.4–2.14.
 
 from __future__ import annotations
 
+import math
+
 import torch
+import torch.nn.functional as F
 
 from poslab.encoders.offsets import toeplitz_rows
 
@@ -33,6 +36,17 @@ AVAILABLE = _FLASH is not None
 #: Elements of one float32 temporary per block: the query rows per block follow from it
 #: (measured with ``make bench``: 2^20–2^21 best at L = 1024).
 BLOCK_ELEMENTS = 1 << 21
+#: Up to this many ``[H, L, L]`` elements the bias is laid out whole, once per forward pass for every
+#: layer: the forward is one kernel call and the backward reads views of it (``make bench``, L = 1024:
+#: T5 1.47x ``none`` against 1.67x block by block; L = 2048: 1.72x against 1.91x). Past it (L = 4096 with
+#: 4 heads), every block is built from the offsets and memory stays at ``none``'s.
+FULL_MASK_ELEMENTS = 1 << 24
+#: Probabilities below e^UNDERFLOW ≈ 1e−30 are taken as 0 in the backward. Left alone, float32 turns
+#: them (and their products) into denormals, which the CPU computes ~10x slower: ALiBi's far keys made
+#: the whole training step 4.9x ``none`` at L = 1024 (1.6x with this cut). The change to any gradient
+#: is below 1e−30 per key.
+UNDERFLOW = -69.0
+_TINY = 2 * math.exp(UNDERFLOW)
 
 
 class BiasBlocks:
@@ -46,6 +60,13 @@ class BiasBlocks:
         if (offsets is None) == (dense is None):
             raise ValueError("BiasBlocks needs exactly one of offsets or dense")
         self.length_q, self.offsets, self.dense = length_q, offsets, dense
+        self._whole: torch.Tensor | None = None
+
+    def whole(self, dtype: torch.dtype) -> torch.Tensor:
+        """The whole ``[1 | B, H, Lq, Lq]`` bias in ``dtype``, laid out once for every layer that asks."""
+        if self._whole is None or self._whole.dtype != dtype:
+            self._whole = self.block(self.tensor, 0, self.length_q, self.length_q).to(dtype).contiguous()
+        return self._whole
 
     @property
     def tensor(self) -> torch.Tensor:
@@ -53,6 +74,8 @@ class BiasBlocks:
 
     def block(self, values: torch.Tensor, start: int, stop: int, end: int) -> torch.Tensor:
         """Rows ``start:stop`` x keys ``0:end`` (``[1 | B, H, r, end]``) from ``values`` (:attr:`tensor`)."""
+        if self._whole is not None and self._whole.dtype == values.dtype:  # already laid out: a view
+            return self._whole[:, :, start:stop, :end]
         if self.offsets is not None:
             return toeplitz_rows(values, self.length_q, slice(start, stop), slice(0, end)).unsqueeze(0)
         return values[:, :, start:stop, :end]
@@ -69,7 +92,7 @@ class BiasBlocks:
         # makes row t start t places further right, so column c collects offset c − (r − 1) − start.
         per_head = block_grad.sum(0).flip(-2)  # [H, r, n]
         heads, rows, keys = per_head.shape
-        skewed = torch.nn.functional.pad(per_head, (0, rows)).flatten(-2)[:, : rows * (keys + rows - 1)]
+        skewed = F.pad(per_head, (0, rows)).flatten(-2)[:, : rows * (keys + rows - 1)]
         diagonals = skewed.view(heads, rows, keys + rows - 1).sum(1)
         first = self.length_q - stop  # value index of offset (0 − (stop − 1))
         grad[:, first : first + keys + rows - 1] += diagonals
@@ -91,6 +114,11 @@ class _BlockedCausalBiasAttention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, values, blocks: BiasBlocks):
         batch, heads, length, dim = q.shape
+        ctx.blocks = blocks
+        if heads * length * length <= FULL_MASK_ELEMENTS:  # small enough to lay out once: one kernel call
+            out, lse = _FLASH(q, k, v, 0.0, True, attn_mask=blocks.whole(q.dtype))
+            ctx.save_for_backward(q, k, v, values, out, lse)
+            return out
         out = torch.empty_like(q)
         lse = torch.empty(batch, heads, length, dtype=torch.float32, device=q.device)
         step = _rows_per_block(batch, heads, length)
@@ -100,7 +128,6 @@ class _BlockedCausalBiasAttention(torch.autograd.Function):
             o, s = _FLASH(q[:, :, start:stop], k[:, :, :stop], v[:, :, :stop], 0.0, False, attn_mask=mask)
             out[:, :, start:stop] = o
             lse[:, :, start:stop] = s
-        ctx.blocks = blocks
         ctx.save_for_backward(q, k, v, values, out, lse)
         return out
 
@@ -123,7 +150,8 @@ class _BlockedCausalBiasAttention(torch.autograd.Function):
             stop = min(start + step, length)
             rows, seen, count = slice(start, stop), slice(0, stop), stop - start
             probs = torch.bmm(scaled_q[:, rows], k2[:, seen].transpose(1, 2)).view(batch, heads, count, stop)
-            probs = probs.add_(blocks.block(values32, start, stop, stop)).sub_(lse[:, :, rows, None]).exp_()
+            probs = probs.add_(blocks.block(values32, start, stop, stop)).sub_(lse[:, :, rows, None])
+            probs = F.threshold_(probs.clamp_(min=UNDERFLOW).exp_(), _TINY, 0.0)  # no denormals (UNDERFLOW)
             future = torch.ones(count, count, dtype=torch.bool, device=q.device).triu(1)
             probs[..., start:stop].masked_fill_(future, 0.0)  # only the diagonal part reaches the future
             grads = torch.bmm(g2[:, rows], v2[:, seen].transpose(1, 2)).view(batch, heads, count, stop)
@@ -144,15 +172,6 @@ class _BlockedCausalBiasAttention(torch.autograd.Function):
         )
 
 
-#: A fixed bias up to this many ``[H, L, L]`` elements is laid out whole for ATen's own flash backward
-#: (measured faster than the blocked backward: ALiBi 1.1x vs 2.4x ``none`` at L = 1024); past it, blocks.
-FULL_MASK_ELEMENTS = 1 << 22
-
-
 def causal_bias_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, blocks: BiasBlocks) -> torch.Tensor:
     """Causal softmax(q·kᵀ/√Dh + bias)·v for ``[B, H, L, Dh]`` inputs on the CPU (``Lq = Lk``)."""
-    heads, length = q.shape[1], q.shape[2]
-    if not blocks.tensor.requires_grad and heads * length * length <= FULL_MASK_ELEMENTS:
-        full = blocks.block(blocks.tensor, 0, length, length).to(q.dtype)
-        return _FLASH(q, k, v, 0.0, True, attn_mask=full)[0]
     return _BlockedCausalBiasAttention.apply(q, k, v, blocks.tensor, blocks)
