@@ -16,7 +16,7 @@ PYTEST    = $(BIN)/python -m pytest
 RUN_PYTEST = rc=0; $(PYTEST) $(1) || rc=$$?; if [ $$rc -eq 5 ]; then echo "pytest collected no tests" >&2; exit 1; fi; exit $$rc
 
 .DEFAULT_GOAL := help
-.PHONY: help install test test-slow test-all lint train eval compare report bench clean
+.PHONY: help install test test-slow test-all lint train eval compare report bench gpu-check clean
 
 help: ## list targets, modalities and encoders
 	@echo "poslab — position encoders compared on text, image patches and time series"
@@ -63,6 +63,9 @@ report: ## Markdown + PNG report from the runs' summary.json files (DIRS="runs/t
 
 bench: ## step time and peak memory of every 1D encoder vs none at L=256/1024/2048 -> reports/bench/results.json (ARGS="--lengths 4096")
 	$(BIN)/poslab bench $(ARGS)
+
+gpu-check: ## on a CUDA machine: train every modality, flex vs SDPA, GPT-2-small speed/MFU and memory vs L, one table (< 8 min; ARGS="--dry-run" on a CPU)
+	$(if $(wildcard $(BIN)/python),$(BIN)/python,PYTHONPATH=src $(PYTHON)) -m poslab.gpu_check $(ARGS)
 
 clean: ## remove runs, W&B files, reports and caches (keeps .venv and data/)
 	rm -rf runs wandb reports lightning_logs .pytest_cache

@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 from poslab.cli import main
 from poslab.encoders import available_encoders
@@ -56,6 +57,16 @@ def test_bad_input_is_one_line_and_a_nonzero_exit(capsys, argv, expected):
     code, out, err = run_cli(capsys, *argv)
     assert code == 2
     assert err.strip() == f"poslab: error: {expected}"
+
+
+@pytest.mark.skipif(torch.cuda.is_available() or torch.backends.mps.is_available(), reason="a GPU is present")
+@pytest.mark.parametrize("trainer", ["gpu", "ddp"])
+def test_a_gpu_trainer_without_a_gpu_is_one_line_naming_what_is_present(capsys, tmp_path, trainer):
+    code, _, err = run_cli(capsys, "train", f"trainer={trainer}", f"run.root={tmp_path}")
+    assert code == 2
+    assert err.startswith(f"poslab: error: trainer.accelerator=gpu (trainer={trainer}) but this machine has no GPU, "
+                          "only: cpu; use trainer=cpu") and err.count("\n") == 1  # fmt: skip
+    assert not list(tmp_path.iterdir())  # nothing written
 
 
 def test_corrupt_checkpoint_is_a_clear_error(capsys, tmp_path):

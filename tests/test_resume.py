@@ -22,13 +22,13 @@ from poslab.train import train
 STEPS = ["trainer.max_epochs=3", "trainer.limit_train_batches=3", "model.dropout=0.1", "data.augment.enabled=true"]
 
 
-def sigterm_at(monkeypatch, step: int) -> None:
-    """Send this process SIGTERM when training reaches ``step`` (what a scheduler does)."""
+def sigterm_at(monkeypatch, step: int, encoder: str | None = None) -> None:
+    """Send this process SIGTERM when training (of ``encoder``'s run, or any) reaches ``step``, as a scheduler does."""
     original = StepTimer.on_train_batch_end
 
     def hook(self, trainer, pl_module, outputs, batch, batch_idx):
         original(self, trainer, pl_module, outputs, batch, batch_idx)
-        if trainer.global_step == step:
+        if trainer.global_step == step and encoder in (None, pl_module.encoder.name):
             os.kill(os.getpid(), signal.SIGTERM)
 
     monkeypatch.setattr(StepTimer, "on_train_batch_end", hook)
@@ -96,6 +96,28 @@ def test_resume_of_a_directory_without_a_checkpoint_is_one_line(tiny, tmp_path, 
     assert len(err.splitlines()) == 1 and "has no checkpoints/last.ckpt" in err
     assert main(["train", *tiny, "resume=last"]) == 2
     assert "no unfinished vision run" in capsys.readouterr().err
+
+
+def test_compare_stops_at_an_interrupt_and_the_same_command_continues_the_grid(tiny, tmp_path, monkeypatch):
+    """SIGTERM inside the second run of a grid: compare stops (143, no later run started, no report); rerun,
+    it skips the finished run, continues the cut one from its checkpoint, and ends like an uninterrupted grid."""
+    from poslab.compare import compare
+
+    grid = [*tiny, *STEPS]
+    whole = compare("vision", ["none", "sincos2d"], 1, [*grid, "run.root=" + str(tmp_path / "whole")], tmp_path)
+    lines: list[str] = []
+    sigterm_at(monkeypatch, 4, encoder="sincos2d")
+    with pytest.raises(RunInterrupted, match=r"\[2/2\] sincos2d seed 0: interrupted by SIGTERM at step 4; rerun"):
+        compare("vision", ["none", "sincos2d"], 1, grid, tmp_path / "reports", echo=lines.append)
+    monkeypatch.undo()
+    assert not any(line.startswith("report:") for line in lines)
+    again = compare("vision", ["none", "sincos2d"], 1, grid, tmp_path / "reports", echo=lines.append)
+    assert [o.status for o in again["outcomes"]] == ["skipped", "resumed"]
+    assert any("[2/2] sincos2d seed 0: continuing the interrupted run" in line for line in lines)
+    resumed, uninterrupted = again["outcomes"][1], whole["outcomes"][1]
+    assert resumed.run_dir.name == uninterrupted.run_dir.name  # same config, same name
+    assert resumed.metrics["test/acc"] == uninterrupted.metrics["test/acc"]
+    assert resumed.metrics["test/loss"] == uninterrupted.metrics["test/loss"]
 
 
 @pytest.mark.slow

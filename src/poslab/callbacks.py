@@ -24,10 +24,22 @@ from poslab.loggers import log_figure, log_line_chart, log_table
 
 
 class Reporter(L.Callback):
-    """A callback whose results go into ``summary.json``."""
+    """A callback whose results go into ``summary.json``; end-of-test reporters override :meth:`after_test`."""
 
     def __init__(self) -> None:
         self.report: dict[str, dict[str, Any]] = {"metrics": {}, "tables": {}, "figures": {}}
+
+    def on_test_end(self, trainer, pl_module) -> None:
+        # Once, by DDP rank 0, on the whole data (no collective: the extras call the model directly).
+        # They evaluate at many lengths, sizes and encoder variants: compiling each shape would cost
+        # more than it saves (and hit dynamo's recompile limit), so a compiled backbone runs eagerly.
+        if not trainer.is_global_zero:
+            return
+        with torch.compiler.set_stance("force_eager"):
+            self.after_test(trainer, pl_module)
+
+    def after_test(self, trainer, pl_module) -> None:
+        """Evaluate after testing and fill ``self.report``; default: nothing."""
 
     def add_figure(self, trainer: L.Trainer, key: str, fig: Figure) -> None:
         """PNG under ``<run>/figures/``, logged under ``key``, recorded relative to the run."""
@@ -188,7 +200,7 @@ class History(Reporter):
 class PerClassAccuracy(Reporter):
     """After testing: accuracy per class as a W&B table and a bar chart."""
 
-    def on_test_end(self, trainer, pl_module) -> None:
+    def after_test(self, trainer, pl_module) -> None:
         values = pl_module.per_class_accuracy
         if values is None:
             return
@@ -208,7 +220,7 @@ class LengthGeneralization(Reporter):
         self.multiples = list(eval_cfg["multiples"])
         self.extensions = list(eval_cfg["rope_scaling"])
 
-    def on_test_end(self, trainer, pl_module) -> None:
+    def after_test(self, trainer, pl_module) -> None:
         from poslab.evaluation.lengen import evaluate_lengths
 
         datamodule = trainer.datamodule
@@ -261,7 +273,7 @@ class ForecastReport(Reporter):
         self.drop = float(eval_cfg["irregular_drop"])
         self.notes: list[list[str]] = []
 
-    def on_test_end(self, trainer, pl_module) -> None:
+    def after_test(self, trainer, pl_module) -> None:
         from poslab.data.timeseries import seasonal_steps
         from poslab.evaluation.baselines import all_baselines, stack_windows
         from poslab.evaluation.probes import drop_steps, irregular_lookback
@@ -350,7 +362,7 @@ class ResolutionReport(Reporter):
         self.sizes = list(cfg.eval.image_sizes)
         self.notes: list[list[str]] = []
 
-    def on_test_end(self, trainer, pl_module) -> None:
+    def after_test(self, trainer, pl_module) -> None:
         if not self.sizes:
             return
         from omegaconf import OmegaConf

@@ -155,7 +155,11 @@ def _list(args: argparse.Namespace) -> int:
 
 
 def _report(summary: dict) -> None:
-    """The lines a user needs at the end of a run."""
+    """The lines a user needs at the end of a run (once: by rank 0 of a DDP run)."""
+    from lightning.pytorch.utilities import rank_zero_only
+
+    if rank_zero_only.rank:
+        return
     metrics = summary["metrics"]
     shown = {k: v for k, v in metrics.items() if k.startswith("test/") and not k.endswith("per_class")}
     print(f"\nrun directory: {summary['run_dir']}")

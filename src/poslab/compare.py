@@ -4,8 +4,10 @@ Runs the grid one run after another in this process, each a normal
 :func:`poslab.train.train` with its own finished W&B run (tagged with the
 comparison id, grouped per encoder). A run is named after its encoder, seed
 and config hash, so a rerun skips every run whose ``summary.json`` already
-exists for the same config, and a changed config trains again. A failing run
-is reported and the rest continue. At the end: the Markdown report
+exists for the same config, continues one that was interrupted from its
+``last.ckpt`` (same directory, same W&B run), and a changed config trains
+again. A failing run is reported and the rest continue; an interrupted one
+(SIGTERM, Ctrl-C) stops the comparison, and the same command resumes it. At the end: the Markdown report
 (:mod:`poslab.report`) and one W&B run (``job_type=report``) holding the
 comparison table and the overlay charts.
 """
@@ -20,7 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from poslab.config import compose, config_hash, to_dict
-from poslab.errors import ConfigError
+from poslab.errors import ConfigError, RunInterrupted
+from poslab.resume import LAST_CHECKPOINT
 
 
 @dataclass
@@ -28,7 +31,7 @@ class Outcome:
     encoder: str
     seed: int
     run_dir: Path
-    status: str  # trained | skipped | failed
+    status: str  # trained | resumed | skipped | failed
     seconds: float = 0.0
     error: str | None = None
     metrics: dict[str, float] = field(default_factory=dict)
@@ -78,12 +81,19 @@ def compare(
             echo(f"{head}: already done ({run_dir}), skipped")
             continue
         cfg.logger.tags = [*cfg.logger.tags, f"compare:{compare_id}"]
+        status = "trained"
+        if (run_dir / LAST_CHECKPOINT).is_file():  # interrupted earlier: its name vouches for the same config
+            cfg.resume, status = str(run_dir.resolve()), "resumed"
+            echo(f"{head}: continuing the interrupted run in {run_dir}")
         start = time.perf_counter()
         try:
             summary = train(cfg)
-            outcome = Outcome(
-                encoder, seed, run_dir, "trained", time.perf_counter() - start, metrics=summary["metrics"]
-            )
+            outcome = Outcome(encoder, seed, run_dir, status, time.perf_counter() - start, metrics=summary["metrics"])
+        except RunInterrupted as exc:
+            raise RunInterrupted(
+                f"{head}: {str(exc).split(';')[0]}; rerun the same `poslab compare` command to continue the grid",
+                exc.exit_code - 128,
+            ) from None
         except Exception as exc:  # a failing run is reported; the others go on
             message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
             outcome = Outcome(encoder, seed, run_dir, "failed", time.perf_counter() - start, error=message)

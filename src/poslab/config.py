@@ -315,12 +315,13 @@ def _plain(value: Any) -> Any:
 
 
 #: Keys that do not change what a run computes (where it writes, how it logs, how it shows
-#: progress, what a comparison plans or expects of it).
+#: progress, whether it is compiled, what a comparison plans or expects of it).
 NOT_HASHED = (
     "run",
     "resume",
     "logger",
     "trainer.enable_progress_bar",
+    "model.compile",
     "eval.ckpt",
     "expect",
     "compare_encoders",

@@ -118,11 +118,14 @@ def is_wandb(logger: Any) -> bool:
 def wandb_info(logger: Any, mode: str) -> dict[str, Any]:
     """``summary.json``'s ``wandb`` entry: mode, local run folder, URL, sync command.
 
-    ``mode`` is the resolved ``logger.mode``; without a W&B logger every field is None.
+    ``mode`` is the resolved ``logger.mode``; without a W&B logger (or on a DDP rank other
+    than 0, whose logger holds a stand-in run) every field is None.
     """
-    if not is_wandb(logger):
+    from lightning.pytorch.loggers.logger import DummyExperiment
+
+    run = logger.experiment if is_wandb(logger) else None
+    if run is None or isinstance(run, DummyExperiment):
         return {"mode": None, "dir": None, "url": None, "path": None, "sync_command": None}
-    run = logger.experiment
     run_dir = str(Path(run.dir).parent) if mode != "disabled" and getattr(run, "dir", None) else None
     url = getattr(run, "url", None) if mode == "online" else None
     path = getattr(run, "path", None) if mode == "online" else None

@@ -21,8 +21,8 @@ from poslab.errors import ConfigError
 CONFIG_FILE = "config.yaml"
 RECORD_FILE = "run.json"
 LAST_CHECKPOINT = Path("checkpoints") / "last.ckpt"
-#: What a resumed run may change: how long it trains, and where its files go.
-CHANGEABLE = ("trainer.max_steps", "trainer.max_epochs", "run.", "resume")
+#: What a resumed run may change: how long it trains, whether it is compiled, and where its files go.
+CHANGEABLE = ("trainer.max_steps", "trainer.max_epochs", "model.compile", "run.", "resume")
 #: Group selections that name what a run is, and the key holding that name in its config.
 IDENTITY = {"modality": "modality", "encoder": "encoder.name", "experiment": "experiment"}
 
@@ -82,7 +82,7 @@ def resumed_config(cfg: DictConfig, overrides: list[str] | tuple[str, ...]) -> D
         shown = ", ".join(f"{k} ({old!r} -> {now!r})" for k, old, now in changed[:8])
         raise ConfigError(
             f"resume={cfg.resume}: the config differs from the run's in {shown}; "
-            "a resumed run may change only trainer.max_steps, trainer.max_epochs and run.*"
+            "a resumed run may change only trainer.max_steps, trainer.max_epochs, model.compile and run.*"
         )
     new.resume = str(run_dir)
     new.run.name = run_dir.name

@@ -137,6 +137,7 @@ class VisionDataConfig:
 
 @dataclass
 class ViTConfig:
+    compile: bool = MISSING  # torch.compile the backbone (train.yaml)
     dim: int = MISSING
     depth: int = MISSING
     num_heads: int = MISSING
@@ -170,6 +171,7 @@ class TextDataConfig:
 
 @dataclass
 class TextModelConfig:
+    compile: bool = MISSING  # torch.compile the backbone (train.yaml)
     dim: int = MISSING
     depth: int = MISSING
     num_heads: int = MISSING
@@ -209,6 +211,7 @@ class TimeseriesDataConfig:
 
 @dataclass
 class ForecasterConfig:
+    compile: bool = MISSING  # torch.compile the backbone (train.yaml)
     layout: Literal["step", "patch", "query"] = MISSING
     dim: int = MISSING
     depth: int = MISSING

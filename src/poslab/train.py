@@ -22,7 +22,7 @@ from omegaconf import DictConfig
 
 from poslab import __version__
 from poslab.config import recompose, to_dict
-from poslab.errors import PoslabError, RunInterrupted
+from poslab.errors import ConfigError, PoslabError, RunInterrupted
 from poslab.resume import LAST_CHECKPOINT, read_record, write_record
 from poslab.rundir import RUN_NAME_ENV, create_run_dir, remove_run_dir, run_name, write_summary
 
@@ -40,6 +40,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     from poslab.tasks import build_task
 
     start = time.perf_counter()
+    check_accelerator(cfg)
     L.seed_everything(cfg.seed, workers=True, verbose=False)
     # Bad data or encoder options fail here, before anything is written.
     datamodule = build_datamodule(cfg)
@@ -131,6 +132,7 @@ def evaluate(ckpt: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> d
     except Exception as exc:  # not a poslab checkpoint, or a corrupt file
         raise PoslabError(f"cannot read checkpoint {path}: {str(exc).splitlines()[0]}") from None
     cfg = recompose(stored, [*overrides, f"eval.ckpt={path}"])
+    check_accelerator(cfg)
     datamodule = build_datamodule(cfg, train_cfg=stored)
     datamodule.prepare_data()
     datamodule.setup("test")
@@ -178,6 +180,22 @@ def finish_run(kind, cfg, run_dir, name, trainer, task, metrics, checkpoints, st
     if trainer.is_global_zero:
         write_summary(run_dir, summary)
     return summary
+
+
+def check_accelerator(cfg: DictConfig) -> None:
+    """``trainer=gpu`` / ``ddp`` where no GPU is: one line naming what is present, before anything is written."""
+    accelerator = str(cfg.trainer.accelerator)
+    if accelerator not in ("gpu", "cuda", "mps"):
+        return
+    present = {"cuda": torch.cuda.is_available(), "mps": torch.backends.mps.is_available()}
+    if present["cuda"] or (accelerator != "cuda" and present["mps"]):
+        return
+    there = ", ".join(["cpu", *(k for k, v in present.items() if v)])
+    raise ConfigError(
+        f"trainer.accelerator={accelerator} (trainer={cfg.trainer.name}) but this machine has no "
+        f"{'GPU' if accelerator == 'gpu' else accelerator.upper()}, only: {there}; use trainer=cpu, or "
+        "trainer=ddp trainer.accelerator=cpu trainer.devices=N for several processes on the CPU"
+    )
 
 
 def build_trainer(cfg: DictConfig, run_dir: Path, logger: Any, callbacks: list):

@@ -3,9 +3,12 @@
 * :class:`ResumableLoader` remembers the RNG state its epoch's order was drawn
   from (its own seeded generator, or the global RNG when it has none) and can
   redraw that order and skip the batches already trained on.
-* :class:`ResumableTraining`, mixed into a data module, saves the training
-  loader's position with every checkpoint (Lightning stores a data module's
-  ``state_dict``) and hands it to the first training loader of a resumed run.
+* :class:`ResumableTraining`, mixed into a data module, builds the shuffled
+  training loader (each DDP process its own shard, through a
+  ``DistributedSampler`` the loader owns, so Lightning never swaps the loader
+  for a copy that would not know its position), saves the loader's position
+  with every checkpoint (Lightning stores a data module's ``state_dict``) and
+  hands it to the first training loader of a resumed run.
   Lightning restores data modules before it builds any loader; it would restore
   a stateful loader itself only after ``trainer.estimated_stepping_batches``
   (which the optimiser's schedule reads) has already built and started it.
@@ -20,7 +23,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from torch.utils.data import DataLoader
+from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
 
 class ResumableLoader(DataLoader):
@@ -88,6 +91,20 @@ class ResumableTraining:
 
     _train_loader: ResumableLoader | None = None
     _resume_position: dict[str, Any] | None = None
+
+    def shuffled_loader(self, dataset: Dataset, batch_size: int, seed: int | None = None, **kwargs) -> ResumableLoader:
+        """The training loader over a map-style ``dataset``, registered (see :meth:`resumable`).
+
+        One process: shuffled by ``seed``'s own generator, or by the global RNG when None. Several (DDP):
+        a ``DistributedSampler`` gives each rank a disjoint shard, reshuffled per epoch from the run's seed.
+        """
+        trainer = getattr(self, "trainer", None)
+        world = trainer.world_size if trainer is not None else 1
+        if world > 1:
+            run_seed = getattr(self, "seed", 0) if seed is None else seed
+            sampler = DistributedSampler(dataset, num_replicas=world, rank=trainer.global_rank, seed=run_seed)
+            return self.resumable(ResumableLoader(dataset, batch_size=batch_size, sampler=sampler, **kwargs))
+        return self.resumable(ResumableLoader(dataset, batch_size=batch_size, shuffle=True, seed=seed, **kwargs))
 
     def resumable(self, loader: ResumableLoader) -> ResumableLoader:
         """Register the training loader (call in ``train_dataloader``); a resumed run's first one continues."""

@@ -15,7 +15,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from poslab.data.resumable import ResumableLoader, ResumableTraining
+from poslab.data.resumable import ResumableTraining
 from poslab.data.timeseries_sources import SOURCES, Series
 from poslab.errors import ConfigError
 from poslab.positions import Positions
@@ -115,7 +115,7 @@ class TimeSeriesDataModule(ResumableTraining, L.LightningDataModule):
 
     def train_dataloader(self) -> DataLoader:
         windows = self.windows("train")
-        return self.resumable(ResumableLoader(windows, seed=self.seed, batch_size=self.cfg.batch_size, shuffle=True))
+        return self.shuffled_loader(windows, self.cfg.batch_size, seed=self.seed)
 
     def val_dataloader(self) -> DataLoader:
         return self.loader("val")

@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader, TensorDataset
 
-from poslab.data.resumable import ResumableLoader, ResumableTraining
+from poslab.data.resumable import ResumableTraining
 from poslab.data.vision_sources import SOURCES, ImageSource
 from poslab.encoders.grid import grid_coordinates
 from poslab.errors import ConfigError
@@ -182,14 +182,9 @@ class VisionDataModule(ResumableTraining, L.LightningDataModule):
 
     def train_dataloader(self) -> DataLoader:
         workers = self.cfg.num_workers
-        train = ResumableLoader(
-            self.splits["train"],
-            batch_size=self.cfg.batch_size,
-            shuffle=True,
-            num_workers=workers,
-            persistent_workers=workers > 0,
+        return self.shuffled_loader(
+            self.splits["train"], self.cfg.batch_size, num_workers=workers, persistent_workers=workers > 0
         )
-        return self.resumable(train)
 
     def val_dataloader(self) -> DataLoader:
         return self._loader("val", self.cfg.eval_batch_size)

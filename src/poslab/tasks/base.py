@@ -43,6 +43,12 @@ class PositionTask(L.LightningModule):
     def encoder(self) -> PositionEncoder:
         return self.backbone.encoder
 
+    def configure_model(self) -> None:
+        """``model.compile=true``: compile the backbone in place (``nn.Module.compile``), so the
+        checkpoint's keys stay those of the plain model and either kind of run loads the other's."""
+        if self.cfg["model"].get("compile"):
+            self.backbone.compile()
+
     def report_callbacks(self, cfg) -> list:
         """End-of-test reporters; ``cfg`` is this run's config (evaluation may differ from training)."""
         return []

@@ -51,9 +51,11 @@ class ImageClassifier(PositionTask):
         loss = F.cross_entropy(logits, batch["label"], label_smoothing=smoothing)
         metric(logits, batch["label"])
         size = batch["label"].shape[0]
+        training = stage == "train"  # evaluation losses are averaged over DDP ranks (the metrics sync themselves)
         self.log(
-            f"{stage}/loss", loss, on_step=stage == "train", on_epoch=True, prog_bar=stage != "train", batch_size=size
-        )
+            f"{stage}/loss", loss, on_step=training, on_epoch=True, prog_bar=not training, batch_size=size,
+            sync_dist=not training,
+        )  # fmt: skip
         self.log(f"{stage}/acc", metric, on_step=False, on_epoch=True, prog_bar=stage == "val", batch_size=size)
         return loss, logits
 

@@ -1,0 +1,120 @@
+"""Several processes: ``trainer=ddp trainer.accelerator=cpu trainer.devices=2`` (gloo).
+
+A DDP run is one run: one directory, one ``summary.json``, one W&B run and one
+printed report, all from rank 0. Each rank trains on its own shard; evaluation
+is sharded too and its metrics reduced across ranks, so the test metrics equal
+a one-process evaluation of the same checkpoint when the test set splits
+evenly over the ranks (Lightning's ``DistributedSampler`` pads an uneven one
+by repeating up to ``devices − 1`` samples). The extras (length
+generalisation, baselines, figures) are computed once, by rank 0.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from poslab.config import compose
+from poslab.data import build_datamodule
+from poslab.train import evaluate
+
+TWO_CPU_PROCESSES = ["trainer=ddp", "trainer.accelerator=cpu", "trainer.devices=2", "trainer.precision=32-true"]
+MODALITIES = {"vision": "tiny", "text": "tiny_text", "timeseries": "tiny_ts"}
+#: Relative tolerance of DDP test metrics against one process: float32 sums taken in another order.
+TOLERANCE = 1e-5
+
+
+def on_rank(datamodule, rank: int, world: int = 2):
+    """The data module as DDP rank ``rank`` of ``world`` sees it (what Lightning's trainer tells it)."""
+    datamodule.trainer = SimpleNamespace(world_size=world, global_rank=rank)
+    return datamodule
+
+
+@pytest.mark.parametrize("modality", ["vision", "timeseries"])
+def test_each_rank_trains_on_its_own_shard(modality, request):
+    """Map-style training data: the two ranks' loaders draw disjoint index sets that cover the data."""
+    cfg = compose([*request.getfixturevalue(MODALITIES[modality])])
+    seen = []
+    for rank in (0, 1):
+        datamodule = build_datamodule(cfg)
+        datamodule.prepare_data()
+        datamodule.setup("fit")
+        loader = on_rank(datamodule, rank).train_dataloader()
+        seen.append(list(loader.sampler))
+    size = len(datamodule.train_dataloader().dataset)
+    assert not set(seen[0]) & set(seen[1])
+    assert set(seen[0]) | set(seen[1]) == set(range(size))
+
+
+def test_each_rank_draws_its_own_text_windows(tiny_text):
+    """The endless text stream is seeded by rank: the ranks' first batches differ, and rank 0's is the run's."""
+    cfg = compose(tiny_text)
+    first = []
+    for rank in (0, 1):
+        datamodule = build_datamodule(cfg)
+        datamodule.prepare_data()
+        datamodule.setup("fit")
+        first.append(next(iter(on_rank(datamodule, rank).train_dataloader())))
+    alone = build_datamodule(cfg)
+    alone.prepare_data()
+    alone.setup("fit")
+    assert not torch.equal(first[0], first[1])
+    assert torch.equal(first[0], next(iter(alone.train_dataloader())))
+
+
+def _ddp_run(overrides: list[str], tmp_path: Path) -> tuple[subprocess.CompletedProcess, Path]:
+    runs = tmp_path / "runs"
+    argv = [o for o in overrides if not o.startswith(("logger=", "run.root="))]
+    argv += [*TWO_CPU_PROCESSES, "logger=wandb", "logger.mode=offline", f"run.root={runs}"]
+    done = subprocess.run(
+        [sys.executable, "-m", "poslab.cli", "train", *argv], capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done, runs
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("modality", list(MODALITIES))
+def test_two_cpu_processes_make_one_run_with_the_one_process_metrics(modality, request, tmp_path):
+    overrides = [o for o in request.getfixturevalue(MODALITIES[modality]) if not o.startswith("trainer.limit_test")]
+    if modality == "vision":
+        overrides += ["data.test_size=500", "trainer.limit_train_batches=null", "data.batch_size=256"]
+    if modality == "timeseries":  # 514 test windows: a set that splits evenly (Lightning pads an uneven one)
+        overrides += ["data.horizon=25"]
+    done, runs = _ddp_run(overrides, tmp_path)
+    assert done.stdout.count("run directory:") == 1  # one report, printed by rank 0
+    run_dirs = list((runs / modality).iterdir())
+    assert len(run_dirs) == 1
+    run_dir = run_dirs[0]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert len(list(run_dir.glob("wandb/offline-run-*"))) == 1
+    assert summary["wandb"]["sync_command"] and summary["config"]["trainer"]["devices"] == 2
+
+    # each rank its shard: an epoch of a map-style dataset takes half the steps it takes in one process
+    steps = torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=False)["global_step"]
+    cfg = compose(overrides)
+    if modality == "vision":
+        datamodule = build_datamodule(cfg)
+        datamodule.prepare_data()
+        datamodule.setup("fit")
+        assert steps == math.ceil(math.ceil(len(datamodule.splits["train"]) / 2) / cfg.data.batch_size)
+    elif modality == "text":
+        assert steps == cfg.trainer.max_steps
+
+    # the extras ran once, on rank 0, into the summary
+    extras = {"vision": "test/acc_per_class", "text": "lengen/", "timeseries": "baseline/"}[modality]
+    reported = [*summary["metrics"], *summary["tables"], *summary["figures"]]
+    assert any(k.startswith(extras) for k in reported), reported
+
+    # test metrics: sharded and reduced across ranks = one process evaluating the same checkpoint
+    alone = evaluate(run_dir / summary["checkpoints"]["best"], ["trainer=cpu", "logger=none"])
+    for key, value in summary["metrics"].items():
+        if key.startswith("test/") and key in alone["metrics"]:
+            assert value == pytest.approx(alone["metrics"][key], rel=TOLERANCE), key

@@ -1,0 +1,48 @@
+"""``make gpu-check``: exercised on the CPU by its dry run (its figures are only checked on a GPU)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from poslab import gpu_check
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is present")
+def test_without_cuda_it_is_one_line_and_exit_2(capsys):
+    assert gpu_check.main([]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "no CUDA device is present" in err and "--dry-run" in err
+
+
+def test_dry_run_prints_one_table_of_the_checks(capsys):
+    assert gpu_check.main(["--dry-run", "--only", "flex", "speed", "memory"]) == 0
+    out = capsys.readouterr().out
+    lines = [line for line in out.splitlines() if line.startswith("|")]
+    assert lines[0] == "| check | case | result | status |"
+    cases = [line.split(" | ")[1] for line in lines[2:]]
+    assert [c.split()[0] for c in cases if c.endswith("B=2")] == gpu_check.SPEED_ENCODERS
+    assert sum(c.startswith("L=") and c.endswith("B=1") for c in cases) == len(gpu_check.Sizes.dry_run().memory_lengths)
+    assert all(line.endswith("| ok |") for line in lines[2:])
+
+
+def test_model_flops_follow_palm_appendix_b():
+    """6 N + 12 · layers · L · width, N without the token embedding (counted by hand for a 2-layer model)."""
+    sizes = gpu_check.Sizes.dry_run()  # width 64, depth 2
+    _, model = gpt2_small_on_cpu(sizes)
+    d, hidden, vocab = 64, 256, 50304
+    per_block = 2 * 2 * d + (3 * d * d + 3 * d) + (d * d + d) + (d * hidden + hidden) + (hidden * d + d)
+    weights = 2 * per_block + 2 * d + vocab * d  # blocks, final norm, output head (untied)
+    assert gpu_check.flops_per_token(model, sizes, 64) == 6 * weights + 12 * 2 * 64 * d
+
+
+def gpt2_small_on_cpu(sizes):
+    return gpu_check.gpt2_small("none", sizes, sizes.length, 1)
+
+
+@pytest.mark.slow
+def test_the_whole_dry_run_trains_every_case(capsys):
+    assert gpu_check.main(["--dry-run"]) == 0
+    out = capsys.readouterr().out
+    trained = [line for line in out.splitlines() if line.startswith("| train |")]
+    assert len(trained) == len(gpu_check.TRAIN_CASES) and all(line.endswith("| ok |") for line in trained)
