@@ -1,45 +1,155 @@
-"""The benchmark runs and reports ratios against `none` (timing itself is not asserted)."""
+"""The benchmark: rounds, ratios to `none`, verdicts against the targets, records and table.
+
+Timing itself is not asserted; the arithmetic is, on given numbers (the clock,
+the steps and the memory readings replaced where a test says so).
+"""
 
 from __future__ import annotations
 
 import json
+import types
+from dataclasses import replace
+
+import pytest
 
 from poslab.bench import (
     RECORD_KEYS,
+    TARGET_LENGTH,
     TARGETS,
     BenchConfig,
     main,
     peak_memory,
     peak_memory_child,
     round_ratios,
+    time_samples,
     time_steps,
 )
 from poslab.encoders import available_encoders
 
 TINY = BenchConfig(length=32, batch=2, dim=32, depth=1, heads=2, rounds=1, steps=1)
+TEXT = available_encoders("text")
 
 
 def test_every_text_encoder_is_timed():
-    times = time_steps(available_encoders("text"), TINY)
-    assert set(times) == set(available_encoders("text"))
+    times = time_steps(TEXT, TINY)
+    assert set(times) == set(TEXT)
     assert all(t > 0 for t in times.values())
+
+
+def test_rounds_interleave_the_encoders_and_time_one_step(monkeypatch):
+    """A fake clock that each step advances by its encoder's cost: every encoder warms up once, then each round
+    runs every encoder `steps` times back to back, and a sample is the ms of one step."""
+    import poslab.bench
+
+    clock, calls = [0.0], []
+    cost = {"none": 0.010, "alibi": 0.013, "t5": 0.021}  # seconds a step
+
+    def fake_build(name, cfg):
+        def step():
+            calls.append(name)
+            clock[0] += cost[name]
+
+        return step
+
+    monkeypatch.setattr(poslab.bench, "build", fake_build)
+    monkeypatch.setattr(poslab.bench, "time", types.SimpleNamespace(perf_counter=lambda: clock[0]))
+    cfg = replace(TINY, rounds=3, steps=2)
+    samples = time_samples(list(cost), cfg)
+    assert calls == list(cost) + 3 * ["none", "none", "alibi", "alibi", "t5", "t5"]
+    assert samples == {n: pytest.approx([1000 * c] * 3) for n, c in cost.items()}
+    assert time_steps(list(cost), cfg) == {n: pytest.approx(1000 * c) for n, c in cost.items()}
 
 
 def test_time_ratios_are_taken_within_each_round():
     """The machine slows down between rounds: per-round ratios see 1.1 every time; medians would not."""
     samples = {"none": [100.0, 300.0, 200.0], "t5": [110.0, 330.0, 220.0], "alibi": [100.0, 300.0, 200.0]}
-    assert round_ratios(samples) == {"none": 1.0, "t5": 1.1, "alibi": 1.0}
+    assert round_ratios(samples) == pytest.approx({"none": 1.0, "t5": 1.1, "alibi": 1.0})
     samples["t5"] = [110.0, 180.0, 330.0]  # ratios 1.1, 0.6, 1.65: median 1.1; ratio of medians 180 / 200 = 0.9
-    assert round_ratios(samples)["t5"] == 1.1
+    assert round_ratios(samples)["t5"] == pytest.approx(1.1)
+    assert round_ratios(samples, reference="t5")["none"] == pytest.approx(100 / 110)  # 0.909, 1.667, 0.606
 
 
-def test_peak_memory_in_process_and_in_a_fresh_process():
-    assert peak_memory_child("alibi", TINY) >= 0
-    assert peak_memory("none", TINY) >= 0
+def test_peak_memory_grows_with_the_sequence_and_a_fresh_process_reads_the_same():
+    small, large = peak_memory_child("none", TINY), peak_memory_child("none", replace(TINY, length=256))
+    assert large > 2 * small > 0  # activations grow with L (attention with L²)
+    assert peak_memory("alibi", TINY) == pytest.approx(peak_memory_child("alibi", TINY), rel=0.3)
 
 
 def test_targets_name_registered_encoders():
-    assert set(TARGETS) <= set(available_encoders("text"))
+    assert set(TARGETS) <= set(TEXT)
+
+
+#: ms of one step in each of three rounds: the machine slows 2x, then 2x again.
+NONE_MS = [100.0, 200.0, 400.0]
+FAKE_MS = {
+    "none": NONE_MS,
+    "sinusoidal": [104.0, 208.0, 416.0],  # 1.04 <= 1.05
+    "learned": [105.0, 210.0, 420.0],  # 1.05: exactly at its target, still met
+    "rope": [110.0, 220.0, 440.0],  # 1.10 <= 1.15
+    "alibi": [120.0, 240.0, 480.0],  # 1.20 <= 1.3, but memory 1.6 > 1.5: missed
+    "t5": [140.0, 280.0, 560.0],  # 1.40 > 1.3: missed
+    "relative": [100.0, 300.0, 400.0],  # per round 1.0, 1.5, 1.0 -> 1.0 (ratio of medians would be 1.5)
+}
+FAKE_MB = {"none": 10.0, "alibi": 16.0, "relative": 15.0}  # others as none
+EXPECTED = {  # (time ratio, memory ratio, ok at L=1024, target)
+    "none": (1.0, 1.0, None, "—"),
+    "sinusoidal": (1.04, 1.0, True, "≤1.05x time"),
+    "learned": (1.05, 1.0, True, "≤1.05x time"),
+    "rope": (1.1, 1.0, True, "≤1.15x time"),
+    "alibi": (1.2, 1.6, False, "≤1.3x time, ≤1.5x mem"),
+    "t5": (1.4, 1.0, False, "≤1.3x time, ≤1.5x mem"),
+    "relative": (1.0, 1.5, True, "≤1.3x time, ≤1.5x mem"),
+}
+
+
+def fake_measurements(monkeypatch, times=None, memory=None):
+    """The bench's measurements replaced by given numbers (encoders not named cost what `none` does)."""
+    import poslab.bench
+
+    times, memory = times or FAKE_MS, memory or FAKE_MB
+    monkeypatch.setattr(
+        poslab.bench, "time_samples", lambda names, cfg: {n: list(times.get(n, times["none"])) for n in names}
+    )
+    monkeypatch.setattr(poslab.bench, "peak_memory", lambda name, cfg: memory.get(name, memory["none"]))
+
+
+def test_records_carry_ratios_to_none_and_verdicts_at_the_target_length(monkeypatch, tmp_path, capsys):
+    fake_measurements(monkeypatch)
+    monkeypatch.setenv("COLUMNS", "200")  # rich: every cell on one line
+    out = tmp_path / "results.json"
+    assert main(["--lengths", "256", str(TARGET_LENGTH), "--out", str(out)]) == 0  # misses, but no --check
+    records = json.loads(out.read_text())
+    assert [(r["seq_len"], r["encoder"]) for r in records] == [
+        (length, n) for length in (256, TARGET_LENGTH) for n in ["none", *[e for e in TEXT if e != "none"]]
+    ]
+    for r in records:
+        times = FAKE_MS.get(r["encoder"], NONE_MS)
+        time_ratio, memory_ratio, ok, target = EXPECTED.get(r["encoder"], (1.0, 1.0, None, "—"))
+        assert r["step_ms"] == pytest.approx(sorted(times)[1]), r  # median over the rounds
+        assert r["peak_mem_mb"] == FAKE_MB.get(r["encoder"], 10.0)
+        assert r["time_ratio"] == pytest.approx(time_ratio), r
+        assert r["memory_ratio"] == pytest.approx(memory_ratio), r
+        if r["seq_len"] == TARGET_LENGTH:
+            assert (r["ok"], r["target"]) == (ok, target), r
+        else:
+            assert (r["ok"], r["target"]) == (None, "—"), r  # verdicts only at the length the targets name
+    table = capsys.readouterr().out
+    rows = {line.split("│")[2].strip(): line for line in table.splitlines() if f"│ {TARGET_LENGTH} │" in line}
+    assert set(rows) == set(TEXT)  # one row per encoder at that length
+    for name, (time_ratio, memory_ratio, ok, _) in EXPECTED.items():
+        cells = [c.strip() for c in rows[name].split("│")]
+        assert cells[4] == f"{time_ratio:.2f}" and cells[6] == f"{memory_ratio:.2f}"
+        assert cells[8] == {True: "yes", False: "NO", None: ""}[ok]
+
+
+def test_check_fails_only_when_a_target_is_missed(monkeypatch, tmp_path):
+    fake_measurements(monkeypatch)
+    args = ["--lengths", str(TARGET_LENGTH), "--out", str(tmp_path / "results.json"), "--check"]
+    assert main(args) == 1  # alibi's memory, t5's time
+    met = {**FAKE_MS, "alibi": NONE_MS, "t5": [130.0, 260.0, 520.0]}  # t5 at exactly 1.3
+    fake_measurements(monkeypatch, times=met, memory={"none": 10.0, "alibi": 15.0})
+    assert main(args) == 0
+    assert main(["--lengths", "256", "--out", str(tmp_path / "r.json"), "--check"]) == 0  # no targets at 256
 
 
 def test_bench_writes_one_record_per_length_and_encoder(tmp_path, capsys, monkeypatch):
@@ -50,19 +160,17 @@ def test_bench_writes_one_record_per_length_and_encoder(tmp_path, capsys, monkey
     args = ["--lengths", "16", "24", "--batch", "1", "--dim", "16", "--depth", "1", "--heads", "2"]
     assert main([*args, "--rounds", "1", "--steps", "1", "--out", str(out)]) == 0
     records = json.loads(out.read_text())
-    names = available_encoders("text")
     assert [(r["encoder"], r["seq_len"]) for r in records] == [
-        (n, length) for length in (16, 24) for n in ["none", *[e for e in names if e != "none"]]
+        (n, length) for length in (16, 24) for n in ["none", *[e for e in TEXT if e != "none"]]
     ]
     assert all(set(RECORD_KEYS) <= set(r) for r in records)
+    assert all(r["step_ms"] > 0 and r["peak_mem_mb"] > 0 for r in records)
     assert all(r["time_ratio"] == 1.0 and r["memory_ratio"] == 1.0 for r in records if r["encoder"] == "none")
     assert all(r["ok"] is None for r in records)  # verdicts only at L=1024
     assert "records:" in capsys.readouterr().out and not list(out.parent.glob("*.partial"))
 
 
 def test_poslab_bench_passes_its_options_through(capsys):
-    import pytest
-
     from poslab.cli import main as cli_main
 
     with pytest.raises(SystemExit) as exit_info:

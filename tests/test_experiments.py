@@ -40,6 +40,11 @@ def test_expectations_check_numbers_ratios_and_other_encoders():
     assert e.check({"lengen/loss@1x": 1.59}) == (None, "missing metric")
     every_but_none = Expectation.parse("*-none: test/acc >= 0.95")
     assert every_but_none.applies_to("rope2d") and not every_but_none.applies_to("none")
+    variant = Expectation.parse("rope/randomized: lengen/acc@2x > rope/plain:lengen/acc@2x")
+    assert variant.applies_to("rope/randomized") and not variant.applies_to("rope/plain")
+    assert variant.check({"lengen/acc@2x": 0.5}, {"rope/plain": {"lengen/acc@2x": 0.2}})[0] is True
+    assert every_but_none.applies_to("rope/plain") and not every_but_none.applies_to("none/randomized")
+    assert Expectation.parse("rope: test/acc > 0").applies_to("rope/randomized")  # an encoder covers its variants
     cross = Expectation.parse("cyclic: test/mse < rope:test/mse")
     assert cross.check({"test/mse": 0.1}, {"rope": {"test/mse": 0.2}})[0] is True
     with pytest.raises(ConfigError, match="is not"):

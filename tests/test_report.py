@@ -238,3 +238,37 @@ def test_report_states_whether_each_expectation_held_with_params_and_step_time(t
     assert f"| `{expect[1]}` | `rope` | 2.5000 < 1.5000 | **no** |" in text
     alibi_row = next(line for line in text.splitlines() if line.startswith("| `alibi` |"))
     assert alibi_row.endswith("| 1,000 | 20.5 |")  # parameter count and mean step time (ms)
+
+
+def test_variants_run_every_encoder_once_each_and_label_the_report(tmp_path):
+    """compare_variants: the grid is encoder x variant x seed; reports label groups <encoder>/<variant> and
+    check expectations that name them."""
+    from poslab.report import check_expectations
+
+    grid = plan("text", None, 2, ["experiment=randomized_positions"])
+    labels = [label for label, _, _ in grid]
+    assert labels == [
+        f"{e}/{v}" for e in ("learned", "sinusoidal", "rope") for v in ("plain", "randomized") for _ in "ss"
+    ]
+    randomized = [cfg for label, _, cfg in grid if label.endswith("/randomized")]
+    assert {cfg.data.random_positions for cfg in randomized} == {256} and {cfg.variant for cfg in randomized} == {
+        "randomized"
+    }
+    assert all(cfg.data.random_positions is None for label, _, cfg in grid if label.endswith("/plain"))
+    assert len({cfg.run.name for _, _, cfg in grid}) == len(grid)
+
+    runs = tmp_path / "runs"
+    for label, seed, cfg in grid:
+        if not label.startswith("rope/"):
+            continue
+        acc = {"rope/plain": 0.3, "rope/randomized": 0.6}[label]
+        run = runs / "text" / cfg.run.name
+        run.mkdir(parents=True)
+        payload = {"kind": "train", "modality": "text", "encoder": "rope", "seed": seed, "config": to_dict(cfg)}
+        payload |= {"metrics": {"lengen/token_acc@2x": acc + seed / 100}, "num_params": 1, "run_dir": str(run)}
+        (run / "summary.json").write_text(json.dumps(payload))
+    groups = group_runs(find_summaries([runs]))
+    assert [g.label for g in groups] == ["rope/plain", "rope/randomized"]
+    held = {(text, label): ok for text, label, ok, _ in check_expectations(groups)}
+    assert held[("rope/randomized: lengen/token_acc@2x > rope/plain:lengen/token_acc@2x", "rope/randomized")]
+    assert ("rope/randomized: lengen/token_acc@2x > rope/plain:lengen/token_acc@2x", "rope/plain") not in held

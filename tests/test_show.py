@@ -11,7 +11,7 @@ from poslab.cli import main
 from poslab.encoders import available_encoders
 from poslab.encoders.alibi import alibi_slopes
 
-SINUSOID_GOLDEN = [  # the dim-4 golden values, positions 0..3
+SINUSOID_GOLDEN = [  # Vaswani et al. at dim 4, positions 0..3: [sin p, cos p, sin p/100, cos p/100]
     [0.000, 1.000, 0.000, 1.000],
     [0.841, 0.540, 0.010, 1.000],
     [0.909, -0.416, 0.020, 1.000],

@@ -24,6 +24,18 @@ def test_every_vision_encoder_trains_a_few_steps(tiny, encoder):
     assert Path(summary["run_dir"], "summary.json").exists()
 
 
+@pytest.mark.parametrize("fixture", ["tiny", "tiny_text", "tiny_ts"])
+def test_every_modality_logs_the_training_loss_per_step_as_train_loss(request, fixture):
+    """One key scheme in every modality, so W&B charts line up: ``train/loss`` per step, nothing suffixed."""
+    overrides = [o for o in request.getfixturevalue(fixture) if o != "logger=none"]
+    summary = train(compose([*overrides, "logger=csv", "trainer.log_every_n_steps=1"]))
+    logged = (Path(summary["run_dir"]) / "csv" / "metrics.csv").read_text().splitlines()[0].split(",")
+    for keys in (summary["metrics"], summary["history"], logged):
+        assert "train/loss" in keys
+        assert not [k for k in keys if k.startswith("train/loss_")], sorted(keys)
+    assert len(summary["history"]["train/loss"]) > 1  # a point per logged step, not per epoch
+
+
 @pytest.fixture(scope="module")
 def finished_run(tmp_path_factory, data_root):
     root = tmp_path_factory.mktemp("runs")
@@ -137,7 +149,7 @@ def test_a_finished_run_name_is_not_overwritten(tiny):
 
 @pytest.mark.slow
 def test_default_recipe_reaches_the_accuracy_target(tmp_path, data_root):
-    """Issue target: `make train MODALITY=vision` reaches test/acc >= 0.96 (about 45 s here)."""
+    """The project's target: `make train MODALITY=vision` reaches test/acc >= 0.96 (about 45 s here)."""
     summary = train(
         compose(["logger=none", f"run.root={tmp_path}", f"data.root={data_root}", "trainer.enable_progress_bar=false"])
     )

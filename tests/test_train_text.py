@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from poslab.config import compose
+from poslab.data.sequence import DEPTH_BUCKETS
 from poslab.encoders import available_encoders
 from poslab.train import evaluate, train
 
@@ -69,5 +70,6 @@ def test_sequence_tasks_train_and_report_accuracy_by_length(tiny_text, task):
     assert {f"lengen/acc@{m}x" for m in (1, 2, 4, 8)} <= set(metrics)
     if task == "associative_recall":
         rows = summary["tables"]["lengen/acc_by_depth"]["rows"]
-        assert len(rows) == 4 * 10 and {r[0] for r in rows} == {16, 32, 64, 128}
+        assert len(rows) == 4 * DEPTH_BUCKETS and {r[0] for r in rows} == {16, 32, 64, 128}
+        assert all(r[2] is not None for r in rows)  # every depth bucket filled at every length
         assert (Path(summary["run_dir"]) / summary["figures"]["lengen/acc_by_depth"]).exists()

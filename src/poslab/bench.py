@@ -22,7 +22,7 @@ import warnings
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-#: Issue targets: ratio to `none` (time, memory); None = not targeted.
+#: The project's targets: ratio to `none` (time, memory); None = not targeted.
 TARGETS = {
     "sinusoidal": (1.05, None),
     "learned": (1.05, None),
@@ -159,7 +159,7 @@ def peak_memory(name: str, cfg: BenchConfig) -> float:
     return float(json.loads(out.stdout.strip().splitlines()[-1]))
 
 
-#: The issue states its targets at this length; other lengths are reported without a verdict.
+#: The targets hold at this length; other lengths are reported without a verdict.
 TARGET_LENGTH = 1024
 #: Keys of every record in ``results.json``.
 RECORD_KEYS = ("encoder", "seq_len", "step_ms", "peak_mem_mb", "time_ratio", "memory_ratio")

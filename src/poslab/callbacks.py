@@ -160,7 +160,11 @@ class StepTimer(Reporter):
 
 
 class History(Reporter):
-    """Logged scalars against the global step, so a report can draw training curves without W&B."""
+    """Logged scalars against the global step, so a report can draw training curves without W&B.
+
+    Under the keys they are logged with: every task logs ``train/loss`` per step
+    and evaluation metrics per epoch, none both (which would add ``_step`` /
+    ``_epoch`` keys)."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -169,12 +173,11 @@ class History(Reporter):
     def _record(self, trainer: L.Trainer, prefix: str) -> None:
         step = trainer.global_step
         for key, value in trainer.callback_metrics.items():
-            if not key.startswith(prefix) or key.endswith(("_epoch", "_best")) or "/lr" in key:
+            if not key.startswith(prefix) or key.endswith("_best") or "/lr" in key:
                 continue
             if not isinstance(value, torch.Tensor) or value.numel() != 1:
                 continue
-            name = key.removesuffix("_step")
-            series = self.report["history"].setdefault(name, [])
+            series = self.report["history"].setdefault(key, [])
             if series and series[-1][0] == step:
                 series[-1][1] = float(value)
             else:
@@ -226,7 +229,7 @@ class LengthGeneralization(Reporter):
         datamodule = trainer.datamodule
         result = evaluate_lengths(
             pl_module.backbone,
-            lambda m: pl_module.lengen_metrics(datamodule.lengen_loader(m)),
+            lambda m, generated: pl_module.lengen_metrics(datamodule.lengen_loader(m), generated),
             datamodule.context,
             self.multiples,
             self.extensions,

@@ -38,7 +38,11 @@ class Outcome:
 
 
 def plan(modality: str, encoders: list[str] | None, seeds: int, overrides: list[str]) -> list[tuple[str, int, Any]]:
-    """(encoder, seed, composed config) for every run of the grid, named by config hash."""
+    """(label, seed, composed config) for every run of the grid, named by config hash.
+
+    The grid is encoder × variant × seed: ``compare_variants`` (name -> overrides) runs every encoder
+    once per variant, labelled ``<encoder>/<variant>``; without variants the label is the encoder.
+    """
     from poslab.encoders import available_encoders
 
     if seeds < 1:
@@ -49,12 +53,17 @@ def plan(modality: str, encoders: list[str] | None, seeds: int, overrides: list[
         overrides = [f"experiment={base.compare_experiment}", *overrides]
         base = compose([f"modality={modality}", *overrides])
     encoders = encoders or list(base.compare_encoders) or available_encoders(modality)
+    variants: dict[str | None, list[str]] = {k: list(v) for k, v in base.compare_variants.items()} or {None: []}
     grid = []
     for encoder in encoders:
-        for seed in range(seeds):
-            cfg = compose([f"modality={modality}", f"encoder={encoder}", f"seed={seed}", *overrides])
-            cfg.run.name = f"{encoder}-s{seed}-{config_hash(to_dict(cfg))}"
-            grid.append((encoder, seed, cfg))
+        for variant, changes in variants.items():
+            label = f"{encoder}/{variant}" if variant else encoder
+            for seed in range(seeds):
+                named = [f"variant={variant}"] if variant else []
+                cfg = compose([f"modality={modality}", f"encoder={encoder}", f"seed={seed}", *changes, *named,
+                               *overrides])  # fmt: skip
+                cfg.run.name = f"{label.replace('/', '-')}-s{seed}-{config_hash(to_dict(cfg))}"
+                grid.append((label, seed, cfg))
     return grid
 
 

@@ -3,7 +3,9 @@
 One line per expectation, ``"<encoders>: <metric> <op> <right side>"``:
 
 * encoders: a name, ``*`` (every encoder of the experiment) or ``*-none``
-  (every encoder but ``none``; any ``-name`` list works);
+  (every encoder but ``none``; any ``-name`` list works); with variants
+  (``compare_variants``) a name is ``encoder/variant``, and a bare encoder
+  name covers each of its variants;
 * op: ``<``, ``<=``, ``>``, ``>=``;
 * right side: a number, a metric of the same encoder, ``factor * metric``, or
   another encoder's metric as ``encoder:metric`` (``factor * encoder:metric``).
@@ -56,8 +58,10 @@ class Expectation:
                 factor, rhs_metric = 1.0, rhs.strip()
         return cls(text, encoders, excluded, match["lhs"], match["op"], factor, rhs_metric, constant)
 
-    def applies_to(self, encoder: str) -> bool:
-        return (not self.encoders or encoder in self.encoders) and encoder not in self.excluded
+    def applies_to(self, label: str) -> bool:
+        """Whether it states something of ``label`` (an encoder, or ``encoder/variant``)."""
+        names = {label, label.split("/")[0]}
+        return (not self.encoders or bool(names & set(self.encoders))) and not names & set(self.excluded)
 
     def check(
         self, means: dict[str, float], others: dict[str, dict[str, float]] | None = None

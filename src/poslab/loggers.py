@@ -50,12 +50,13 @@ def resolve_wandb_mode(mode: str) -> str:
 
 
 def wandb_group(cfg: Any) -> str:
-    """One group per (modality, task, experiment, encoder), so seeds aggregate in the dashboard and two
-    experiments of one encoder (``needle`` and ``copy`` are both text sequence tasks) do not mix."""
+    """One group per (modality, task, experiment, encoder, variant), so seeds aggregate in the dashboard
+    and two experiments of one encoder (``needle`` and ``copy`` are both text sequence tasks) do not mix."""
     if cfg.logger.group:
         return cfg.logger.group
     experiment = f"-{cfg.experiment}" if cfg.experiment else ""
-    return f"{cfg.modality}-{cfg.task.name}{experiment}-{cfg.encoder.name}"
+    variant = f"-{cfg.variant}" if cfg.get("variant") else ""
+    return f"{cfg.modality}-{cfg.task.name}{experiment}-{cfg.encoder.name}{variant}"
 
 
 def flat_columns(cfg: Any) -> dict[str, Any]:
@@ -66,6 +67,7 @@ def flat_columns(cfg: Any) -> dict[str, Any]:
         "task": cfg.task.name,
         "seed": cfg.seed,
         "experiment": cfg.experiment,
+        "variant": cfg.get("variant"),
         "dataset": cfg.data.name,
     }
 

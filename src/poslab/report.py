@@ -111,8 +111,11 @@ def group_runs(summaries: Iterable[dict]) -> list[Group]:
         groups.setdefault(key, Group(*key)).runs.append(s)
     ordered = [groups[k] for k in sorted(groups, key=lambda k: (k[0], str(k[1]), k[2], k[3]))]
     for g in ordered:
-        twins = [o for o in ordered if (o.modality, o.experiment, o.encoder) == (g.modality, g.experiment, g.encoder)]
-        g.label = g.encoder if len(twins) == 1 else f"{g.encoder} [{g.config[:6]}]"
+        variant = g.runs[0]["config"].get("variant")
+        named = f"{g.encoder}/{variant}" if variant else g.encoder
+        twins = [o for o in ordered if (o.modality, o.experiment, o.encoder, o.runs[0]["config"].get("variant"))
+                 == (g.modality, g.experiment, g.encoder, variant)]  # fmt: skip
+        g.label = named if len(twins) == 1 else f"{named} [{g.config[:6]}]"
     return ordered
 
 
@@ -196,7 +199,7 @@ def check_expectations(groups: Sequence[Group]) -> list[tuple[str, str, bool | N
     for text in stated:
         expectation = Expectation.parse(text)
         for g in groups:
-            if expectation.applies_to(g.encoder):
+            if expectation.applies_to(g.label):
                 held, detail = expectation.check(means[g.label], means)
                 rows.append((text, g.label, held, detail))
     return rows

@@ -83,11 +83,6 @@ def write_summary(run_dir: Path, summary: dict[str, Any]) -> Path:
     return write_json_atomic(run_dir / "summary.json", summary)
 
 
-def read_summary(path: Path) -> dict[str, Any]:
-    path = Path(path)
-    return json.loads((path / "summary.json" if path.is_dir() else path).read_text())
-
-
 def _jsonable(value: Any) -> Any:
     if hasattr(value, "item"):
         return value.item()

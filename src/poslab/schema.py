@@ -163,6 +163,7 @@ class TextDataConfig:
     eval_batch_size: int = MISSING
     eval_tokens: int = MISSING
     random_positions: Optional[int] = MISSING
+    random_positions_eval: Literal["sampled", "arange"] = MISSING
     download: bool = MISSING
     symbols: int = MISSING  # sequence tasks: alphabet size
     eval_sequences: int = MISSING  # sequence tasks: sequences per evaluation set
@@ -314,6 +315,8 @@ def root_schema(modality: str, encoder: type) -> type:
             ("expect", list[str], field(default_factory=list)),
             ("compare_encoders", list[str], field(default_factory=list)),
             ("compare_experiment", Optional[str], None),
+            ("compare_variants", dict[str, list[str]], field(default_factory=dict)),
+            ("variant", Optional[str], None),
             ("resume", Optional[str], None),
             ("task", parts.task, field(default_factory=parts.task)),
             ("encoder", encoder, field(default_factory=encoder)),

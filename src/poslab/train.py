@@ -1,9 +1,11 @@
 """``train(cfg) -> summary`` and ``evaluate(ckpt, overrides) -> summary``.
 
-Pure functions of a composed config: the CLI only parses and composes, and
-tests call these directly. Each run owns its directory, its W&B run (always
-finished, so two runs in one process never merge) and writes ``summary.json``
-last, atomically: a run directory without one did not finish.
+Each does a whole run from a composed config — it creates the run directory,
+writes checkpoints, figures and logs there, logs to W&B (or another logger)
+and returns the summary; the CLI only parses, composes and prints the result,
+and tests call these directly. Each run owns its directory, its W&B run
+(always finished, so two runs in one process never merge) and writes
+``summary.json`` last, atomically: a run directory without one did not finish.
 """
 
 from __future__ import annotations

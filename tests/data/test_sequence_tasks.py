@@ -37,7 +37,7 @@ def test_associative_recall_answer_and_depth():
         assert len(set(keys[b].tolist())) == 10  # distinct keys
         index = int(depth[b] * 10)
         assert seq[b, 21] == keys[b, index] and seq[b, 22] == values[b, index]
-    torch.testing.assert_close(item["depth"], torch.tensor([0.0, 0.3, 0.7, 0.9]))
+    torch.testing.assert_close(item["depth"], torch.tensor([[0.0], [0.3], [0.7], [0.9]]))
     assert item["answer_mask"].sum(1).eq(1).all() and item["answer_mask"][:, -1].all()
     assert (keys < FIRST_SYMBOL + 32).all() and (values >= FIRST_SYMBOL + 32).all()  # disjoint alphabets
 
@@ -81,3 +81,78 @@ def test_multi_query_recall_scores_every_answer_and_keeps_the_length_budget(tmp_
     batches = iter(dm.train_dataloader())
     longest = max(next(batches)["windows"].shape[1] - 1 for _ in range(50))
     assert longest <= cfg.data.context  # Q queries cost Q - 1 pairs: training stays within the context
+
+
+@pytest.mark.filterwarnings("ignore:You are trying to `self.log")  # the step alone, without a trainer
+def test_sequence_val_loss_weights_each_batch_by_its_scored_tokens():
+    """val/loss is the mean over every scored answer token: a short last batch counts by its tokens."""
+    import torch.nn.functional as F
+
+    from poslab.data.sequence import SequenceDataModule
+    from poslab.tasks import build_task
+
+    cfg = compose(["modality=text", "task.name=sequence", "data=copy", "data.context=32", "model.dim=16"])
+    dm = SequenceDataModule(cfg.data)
+    dm.setup()
+    torch.manual_seed(0)
+    task = build_task(cfg, dm).eval()
+    generator = torch.Generator().manual_seed(0)
+    batches = [dm.as_batch(generate("copy", size, batch, 32, generator)) for size, batch in ((12, 8), (2, 1))]
+    total, count = 0.0, 0
+    with torch.no_grad():
+        for batch in batches:
+            task._eval_step(batch, "val", task.val_loss)
+            logits = task(batch["tokens"], batch["pos"])
+            total += F.cross_entropy(
+                logits.flatten(0, 1), batch["targets"].flatten(), ignore_index=IGNORE, reduction="sum"
+            ).item()
+            count += int((batch["targets"] != IGNORE).sum())
+    assert count == 12 * 8 + 2
+    assert task.val_loss.compute().item() == pytest.approx(total / count, rel=1e-5)
+
+
+def _recall_module(*extra):
+    from poslab.data.sequence import SequenceDataModule
+
+    cfg = compose(["modality=text", "task.name=sequence", "data=associative_recall", "data.context=16",
+                   "data.symbols=64", "data.queries=3", *extra])  # fmt: skip
+    dm = SequenceDataModule(cfg.data)
+    dm.setup()
+    return dm
+
+
+def test_recall_at_1x_is_the_longest_training_layout():
+    """1x holds as many pairs and asks as many queries as the longest training sequences: in distribution."""
+    dm = _recall_module()
+    batches = iter(dm.train_dataloader())
+    trained = {int(b["answer_mask"].sum(1)[0]): None for _ in range(200) if (b := next(batches))}
+    longest_training = max(next(batches)["windows"].shape[1] for _ in range(200))
+    evaluated = next(iter(dm.lengen_loader(1)))
+    assert evaluated["windows"].shape[1] == longest_training  # same pairs + queries, same length
+    assert set(trained) == {1, 2, 3} and evaluated["answer_mask"].sum(1).eq(3).all()
+    assert evaluated["windows"].shape[1] - 1 <= 16
+
+
+def test_bucket_depths_fill_every_bucket_and_cycle_through_its_pairs():
+    from poslab.data.sequence import DEPTH_BUCKETS, SequenceDataModule
+
+    for pairs in (5, 7, 12, 61):
+        index = (SequenceDataModule.bucket_depths(300, pairs) * pairs).long()
+        bucket = index * DEPTH_BUCKETS // pairs
+        assert torch.equal(bucket, torch.arange(300) % DEPTH_BUCKETS)  # sequence i asks from bucket i mod B
+        assert set(index.tolist()) == set(range(pairs))  # every pair gets asked
+
+
+@pytest.mark.parametrize("multiple", [1, 2, 4, 8])
+def test_every_depth_bucket_is_filled_at_every_length(multiple):
+    """The first query's depth is spread evenly over the buckets; the other queries ask distinct pairs."""
+    from poslab.data.sequence import DEPTH_BUCKETS
+
+    dm = _recall_module()
+    items = list(dm.lengen_loader(multiple))
+    depth = torch.cat([item["depth"] for item in items])
+    assert depth.shape == (dm.cfg.eval_sequences, 3)
+    first = (depth[:, 0] * DEPTH_BUCKETS).long()
+    assert torch.bincount(first, minlength=DEPTH_BUCKETS).tolist() == [dm.cfg.eval_sequences // DEPTH_BUCKETS] * 5
+    pairs = (items[0]["windows"].shape[1] - 1 - 2 * 3) // 2
+    assert all(len(set((row * pairs).round().long().tolist())) == 3 for row in depth)  # distinct pairs

@@ -158,6 +158,46 @@ def test_contiguous_windows_do_not_overlap():
     assert windows[1][0] == 16 and windows[1][-1] == 32  # 16 inputs + the next character as last target
 
 
+@pytest.mark.parametrize(
+    ("multiples", "eval_tokens", "scored"),
+    [("[1,2,4,8]", 300, 256), ("[1,2,3]", 150, 96)],  # [1,2,3]: the lcm (6), not the largest multiple (3)
+)
+def test_every_length_scores_the_same_held_out_characters(corpus_file, multiples, eval_tokens, scored):
+    """Validation, test and each length of the length study score exactly the same characters, also for a
+    data.eval_tokens that is not a multiple of every window length."""
+    from poslab.data import build_datamodule
+
+    cfg = compose(
+        [
+            "modality=text",
+            "data=textfile",
+            f"data.path={corpus_file}",
+            "data.context=16",
+            f"data.eval_tokens={eval_tokens}",
+            f"eval.multiples={multiples}",
+        ]
+    )
+    dm = build_datamodule(cfg)
+    dm.setup()
+
+    def targets(loader):
+        return torch.cat([windows[:, 1:].reshape(-1) for windows in loader])
+
+    test = targets(dm.test_dataloader())
+    assert len(test) == scored and torch.equal(test, dm.splits["test"][1 : scored + 1])
+    for multiple in cfg.eval.multiples:
+        assert torch.equal(targets(dm.lengen_loader(multiple)), test), multiple
+    assert len(targets(dm.val_dataloader())) == scored
+
+
+def test_too_little_held_out_text_for_the_longest_length_is_a_config_error(corpus_file):
+    from poslab.data import build_datamodule
+
+    cfg = compose(["modality=text", "data=textfile", f"data.path={corpus_file}", "data.eval_tokens=100"])
+    with pytest.raises(ConfigError, match="less than one window of 512 characters"):
+        build_datamodule(cfg).setup()
+
+
 def test_random_positions_are_sorted_unique_and_in_range():
     torch.manual_seed(0)
     pos = random_positions(64, 32, 512)
@@ -169,11 +209,30 @@ def test_random_positions_are_sorted_unique_and_in_range():
         random_positions(1, 32, 16)
 
 
-def test_randomized_positions_only_in_training(corpus_file):
-    dm = datamodule("data=textfile", f"data.path={corpus_file}", "data.random_positions=256", "data.context=16")
+def test_randomized_positions_are_evaluated_sampled_by_default_and_arange_on_request(corpus_file):
+    """As the paper's reference evaluates (a fresh sample per sequence), from a generator of its own that every
+    pass over an evaluation set restarts: the same positions each pass, training's random stream untouched."""
+    base = ("data=textfile", f"data.path={corpus_file}", "data.random_positions=256", "data.context=16")
+    dm = datamodule(*base)
     windows = next(iter(dm.train_dataloader()))
     train = dm.as_batch(windows, training=True)["pos"].steps
-    evaluation = dm.as_batch(windows, training=False)["pos"].steps
     assert train.shape == (32, 16) and train.max() > 16
-    assert torch.equal(evaluation, torch.arange(16))
     assert dm.context_options() == {"max_len": 256}
+
+    def one_pass(module) -> torch.Tensor:
+        return torch.cat([module.as_batch(w)["pos"].steps for w in module.val_dataloader()])
+
+    arange = datamodule(*base, "data.random_positions_eval=arange")
+    state = torch.get_rng_state()
+    one_pass(arange)
+    after_plain = torch.get_rng_state()  # a loader's pass draws its base seed, whatever the positions
+    torch.set_rng_state(state)
+    first = one_pass(dm)
+    assert torch.equal(torch.get_rng_state(), after_plain)  # sampling them draws nothing from training's stream
+    assert torch.equal(one_pass(dm), first)  # every validation scores the same positions
+    assert first.shape[1] == 16 and (first[:, 1:] > first[:, :-1]).all() and first.max() < 256
+    assert len({tuple(row.tolist()) for row in first}) == len(first) > 1  # a fresh sample per sequence
+    assert first.max() > 64
+    lengths = datamodule(*base, "eval.multiples=[1,8]")
+    assert next(iter(lengths.lengen_loader(8))).shape[1] == 129  # 8x windows: 128 sampled positions fit in 256
+    assert torch.equal(arange.as_batch(windows)["pos"].steps, torch.arange(16))

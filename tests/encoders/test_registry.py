@@ -24,7 +24,27 @@ def build(name: str, dim: int = 32, num_heads: int = 2) -> PositionEncoder:
 
 def test_vision_encoders_are_registered():
     assert {"none", "sincos2d", "learned2d", "rope2d", "rope2d_mixed"} <= set(VISION)
-    assert available_encoders() == sorted(available_encoders())
+
+
+def test_available_encoders_are_the_registered_modules_sorted_and_filtered_by_modality():
+    """Every ``@register_encoder("...")`` in the package's sources, each with its config, listed in sorted order;
+    a modality's list holds exactly the encoders that declare that modality or declare none (fit all)."""
+    import re
+    from pathlib import Path
+
+    import poslab.encoders
+    from poslab.config import config_dir
+
+    sources = Path(poslab.encoders.__file__).parent.glob("*.py")
+    declared = {n for p in sources for n in re.findall(r'@register_encoder\("([^"]+)"\)', p.read_text())}
+    assert len(declared) > 10
+    assert available_encoders() == sorted(declared)
+    assert declared == {p.stem for p in (config_dir() / "encoder").glob("*.yaml")}
+    modalities = {n: encoder_class(n).modalities for n in declared}  # None: fits every modality
+    for modality in ("text", "vision", "timeseries"):
+        fitting = [n for n in sorted(declared) if modalities[n] is None or modality in modalities[n]]
+        assert available_encoders(modality) == fitting, modality
+    assert "rope2d" not in available_encoders("text") and "rope" not in VISION and "none" in VISION
 
 
 def test_unknown_encoder_lists_valid_names():

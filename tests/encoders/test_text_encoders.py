@@ -17,7 +17,7 @@ from poslab.encoders.t5 import t5_buckets
 
 # -- sinusoidal ------------------------------------------------------------------------------
 def test_sinusoidal_golden_values():
-    """Vaswani et al.: dim 4, positions 0..3 (values from the issue, rounded to 3 places)."""
+    """Vaswani et al.: dim 4, positions 0..3 (the project's golden values, rounded to 3 places)."""
     enc = build_encoder("sinusoidal", dim=4, num_heads=1)
     out = enc.encode_input(torch.zeros(1, 4, 4), torch.arange(4))[0]
     golden = torch.tensor(
@@ -119,30 +119,67 @@ def test_ntk_and_dynamic_rescale_the_base():
     torch.testing.assert_close(above, default_inv_freq(10000.0 * 4.0 ** (d / (d - 2)), d))  # NTK with s = 256/64
 
 
-def test_yarn_frequencies_lie_between_interpolated_and_original():
-    s, d, context = 8.0, 64, 4096
+def yarn_reference(s: float, dim: int, context: int, base: float = 10000.0, alpha: float = 1.0, beta: float = 32.0):
+    """YaRN (Peng et al. 2023, §3.2, "NTK-by-parts", eqs. 17-19) for one head's ``dim`` rotated channels.
+
+    θ_d = base^(−2d/|D|), wavelength λ_d = 2π/θ_d, rotations over the original
+    context r(d) = L/λ_d; h(θ_d) = (1 − γ)·θ_d/s + γ·θ_d: dimensions with r > β
+    (many rotations: high frequency) keep θ_d (γ = 1), those with r < α are fully
+    interpolated to θ_d/s (γ = 0). Between, the paper writes γ = (r − α)/(β − α);
+    its reference code (jquesnelle/yarn ``find_correction_range`` +
+    ``linear_ramp_mask``, as Hugging Face) ramps linearly in the index d instead,
+    from floor(d(β)) to ceil(d(α)), d(r) = |D|·ln(L/(2πr)) / (2·ln base): that is
+    the form checked here. Returns (h(θ_d) float64, γ, r).
+    """
+    d = torch.arange(dim // 2, dtype=torch.float64)
+    theta = base ** (-2 * d / dim)
+    rotations = context / (2 * math.pi / theta)
+
+    def index_of(r):
+        return dim * math.log(context / (2 * math.pi * r)) / (2 * math.log(base))
+
+    first, last = math.floor(index_of(beta)), math.ceil(index_of(alpha))
+    gamma = 1 - ((d - first) / (last - first)).clamp(0, 1)
+    gamma = torch.where(rotations > beta, 1.0, torch.where(rotations < alpha, 0.0, gamma))
+    return (1 - gamma) * theta / s + gamma * theta, gamma, rotations
+
+
+def test_yarn_frequencies_follow_the_paper_per_dimension():
+    s, d, context = 8.0, 16, 2048
     inv, factor = scaled_frequencies(RopeScaling("yarn", s), base=10000.0, dim=d, original_max_len=context)
-    original = default_inv_freq(10000.0, d)
-    assert torch.all(inv <= original * (1 + 1e-12)) and torch.all(inv >= original / s * (1 - 1e-12))
-    # high-frequency dimensions (more than beta_fast rotations over the context) are left alone ...
-    rotations = context / (2 * math.pi / original)
-    fast = rotations > 32
-    assert fast.any()
-    torch.testing.assert_close(inv[fast], original[fast])
-    # ... and those under beta_slow rotations are fully interpolated
-    slow = rotations < 1
-    torch.testing.assert_close(inv[slow], original[slow] / s)
-    assert factor == pytest.approx(0.1 * math.log(s) + 1)
+    expected, gamma, rotations = yarn_reference(s, d, context)
+    theta = 10000.0 ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
+    # r = 326, 103, 32.6 | 10.3, 3.3, 1.03 | 0.33, 0.10: every regime has dimensions
+    assert (rotations > 32).sum() == 3 and (rotations < 1).sum() == 2
+    torch.testing.assert_close(inv[:3], theta[:3], rtol=1e-12, atol=0)  # high frequency: not interpolated
+    torch.testing.assert_close(inv[6:], theta[6:] / s, rtol=1e-12, atol=0)  # low frequency: θ/s, as PI
+    torch.testing.assert_close(gamma[3:6], torch.tensor([0.75, 0.5, 0.25], dtype=torch.float64))
+    torch.testing.assert_close(inv, expected, rtol=1e-12, atol=0)
+    assert factor == pytest.approx(0.1 * math.log(8.0) + 1)  # eq. 22: √(1/t) = 0.1·ln(s) + 1 = 1.2079
+    assert factor == pytest.approx(yarn_attention_factor(8.0))
+    # beta_fast = 4: dimension 3 (10.3 rotations) is now high frequency and keeps θ; the ramp spans d = 3..6
+    options = RopeScaling("yarn", s, beta_fast=4.0)
+    narrower, _ = scaled_frequencies(options, base=10000.0, dim=d, original_max_len=context)
+    torch.testing.assert_close(narrower, yarn_reference(s, d, context, beta=4.0)[0], rtol=1e-12, atol=0)
+    assert narrower[3] == theta[3] and inv[3] < theta[3]
 
 
-def test_yarn_attention_factor_scales_logits_by_its_square():
-    q = torch.randn(1, 2, 1, 16)
-    plain = rope(scaling={"type": "linear", "factor": 4.0})
-    yarn = rope(
-        scaling={"type": "yarn", "factor": 4.0, "beta_fast": 1e9, "beta_slow": 1e9 / 2}
-    )  # ramp at 0: all dims interpolate
-    base = score(plain, q, q, 3, 3)
-    torch.testing.assert_close(score(yarn, q, q, 3, 3), base * yarn_attention_factor(4.0) ** 2, rtol=1e-4, atol=1e-5)
+def test_yarn_scores_at_distinct_positions_use_those_frequencies_and_the_temperature():
+    """q·k after rotation at m and n, from the rotation matrices: each pair (j, j + R) of the half layout turns
+    by (n − m)·h(θ_j), so q^T R k = cos φ·(q_j k_j + q_J k_J) + sin φ·(q_J k_j − q_j k_J), J = j + R; both
+    rotated vectors carry √(1/t), so the score carries 1/t = (0.1·ln s + 1)²."""
+    torch.manual_seed(0)
+    s, context = 8.0, 2048
+    enc = rope(scaling={"type": "yarn", "factor": s, "original_max_len": context})
+    q, k = torch.randn(1, 2, 1, 16, dtype=torch.float64), torch.randn(1, 2, 1, 16, dtype=torch.float64)
+    h, _, _ = yarn_reference(s, 16, context)
+    temperature = (0.1 * math.log(s) + 1) ** 2
+    qa, qb, ka, kb = q[..., :8], q[..., 8:], k[..., :8], k[..., 8:]
+    for m, n in [(5, 0), (0, 37), (1000, 3), (17, 4000), (3000, 2999)]:
+        phi = (n - m) * h
+        expected = temperature * (phi.cos() * (qa * ka + qb * kb) + phi.sin() * (qb * ka - qa * kb)).sum(-1)
+        got = score(enc, q.float(), k.float(), m, n).double()
+        torch.testing.assert_close(got, expected, atol=2e-4, rtol=1e-4)
 
 
 def test_extended_copies_leave_the_trained_encoder_alone():
@@ -162,8 +199,12 @@ def test_dynamic_rope_changes_only_past_the_original_length():
 
 
 # -- ALiBi --------------------------------------------------------------------------------------
-def test_alibi_slopes_power_of_two():
-    assert alibi_slopes(8) == pytest.approx([2.0**-i for i in range(1, 9)])
+@pytest.mark.parametrize("heads", [2, 4, 8, 16])
+def test_alibi_slopes_power_of_two(heads):
+    """Press et al. §3: a geometric sequence that starts at 2^(−8/n) with that ratio."""
+    assert alibi_slopes(heads) == pytest.approx([2.0 ** (-8 * h / heads) for h in range(1, heads + 1)])
+    if heads == 8:
+        assert alibi_slopes(8) == pytest.approx([1 / 2, 1 / 4, 1 / 8, 1 / 16, 1 / 32, 1 / 64, 1 / 128, 1 / 256])
 
 
 def test_alibi_slopes_twelve_heads_follow_the_paper():
@@ -171,17 +212,24 @@ def test_alibi_slopes_twelve_heads_follow_the_paper():
     assert alibi_slopes(12) == pytest.approx(expected)
 
 
-def test_alibi_bias_is_linear_in_distance():
-    enc = build_encoder("alibi", dim=32, num_heads=2)
-    bias = enc.attention_bias(torch.arange(5), torch.arange(5))
-    assert bias.shape == (2, 5, 5)
-    slopes = torch.tensor(alibi_slopes(2))
-    torch.testing.assert_close(bias[:, 4, :], -slopes[:, None] * torch.tensor([4.0, 3, 2, 1, 0]))
-    sym = build_encoder("alibi", dim=32, num_heads=2, bidirectional=True).attention_bias(
-        torch.arange(5), torch.arange(5)
-    )
-    torch.testing.assert_close(sym, sym.transpose(-1, -2))
-    assert (sym <= 0).all()
+SLOPES_8 = torch.tensor([2.0**-h for h in range(1, 9)])  # the paper's slopes for 8 heads
+
+
+@pytest.mark.parametrize(
+    ("q", "k"),
+    [(torch.arange(6), torch.arange(6)), (torch.tensor([[0, 3, 4, 9]]), torch.tensor([[1, 2, 4, 7, 12]]))],
+    ids=["consecutive", "batched-irregular"],
+)
+def test_alibi_bias_is_minus_slope_times_distance(q, k):
+    """Causal: −m_h·(i − j) for every visible key j <= i; bidirectional: −m_h·|i − j| everywhere."""
+    distance = (q[..., :, None] - k[..., None, :]).float()  # i − j
+    expected_sym = -SLOPES_8.view(8, 1, 1) * distance.abs().unsqueeze(-3)
+    sym = build_encoder("alibi", dim=64, num_heads=8, bidirectional=True).attention_bias(q, k)
+    torch.testing.assert_close(sym, expected_sym, atol=1e-6, rtol=0)
+    causal = build_encoder("alibi", dim=64, num_heads=8).attention_bias(q, k)
+    visible = (distance >= 0).unsqueeze(-3).expand_as(causal)
+    expected_causal = -SLOPES_8.view(8, 1, 1) * distance.unsqueeze(-3)
+    torch.testing.assert_close(causal[visible], expected_causal.expand_as(causal)[visible], atol=1e-6, rtol=0)
 
 
 # -- T5 / relative ------------------------------------------------------------------------------

@@ -50,13 +50,54 @@ def test_resampling_to_the_same_grid_is_the_identity():
     assert torch.equal(resample_grid_table(table, (5, 7)), table)
 
 
-def test_resampling_matches_timm_bicubic_interpolation():
-    """timm resample_abs_pos_embed == F.interpolate(bicubic, align_corners=False) on the grid."""
-    table = torch.randn(4, 4, 6)
-    ref = torch.nn.functional.interpolate(
-        table.permute(2, 0, 1)[None], size=(8, 6), mode="bicubic", align_corners=False
-    )
-    torch.testing.assert_close(resample_grid_table(table, (8, 6)), ref[0].permute(1, 2, 0))
+def keys_cubic(d: float, a: float = -0.75) -> float:
+    """Keys (1981) cubic convolution kernel; PyTorch's bicubic uses a = −0.75."""
+    d = abs(d)
+    if d <= 1:
+        return (a + 2) * d**3 - (a + 3) * d**2 + 1
+    if d < 2:
+        return a * d**3 - 5 * a * d**2 + 8 * a * d - 4 * a
+    return 0.0
+
+
+def bicubic_resize(table: torch.Tensor, new_grid: tuple[int, int]) -> torch.Tensor:
+    """``[gh, gw, D]`` -> ``[nh, nw, D]``, float64: separable cubic convolution with half-pixel centres
+    (align_corners=False: output cell i samples input coordinate (i + 0.5)·n_in/n_out − 0.5), the four taps
+    around it clamped to the edge cells."""
+
+    def weights(n_in: int, n_out: int) -> torch.Tensor:
+        w = torch.zeros(n_out, n_in, dtype=torch.float64)
+        for i in range(n_out):
+            x = (i + 0.5) * n_in / n_out - 0.5
+            left = math.floor(x)
+            for tap in (left - 1, left, left + 1, left + 2):
+                w[i, min(max(tap, 0), n_in - 1)] += keys_cubic(x - tap)
+        return w
+
+    rows, cols = weights(table.shape[0], new_grid[0]), weights(table.shape[1], new_grid[1])
+    return torch.einsum("ir,rcd,jc->ijd", rows, table.double(), cols)
+
+
+@pytest.mark.parametrize(("old", "new"), [((3, 3), (5, 5)), ((4, 4), (6, 6)), ((3, 4), (7, 5)), ((6, 6), (4, 4))])
+def test_learned2d_resamples_its_table_by_bicubic_convolution(old, new):
+    """DeiT / rope-vit's resize (F.interpolate bicubic, align_corners=False, no antialias), against cubic
+    convolution written out here: both the table resize and the encoder's lookup at rescaled coordinates."""
+    from poslab.data.vision import patch_coordinates
+
+    torch.manual_seed(0)
+    enc = build_encoder("learned2d", dim=8, num_heads=2, grid_size=old)
+    with torch.no_grad():
+        enc.table.normal_()
+    table = enc.table.detach()
+    expected = bicubic_resize(table, new).float()
+    torch.testing.assert_close(resample_grid_table(table, new), expected, atol=1e-5, rtol=1e-5)
+    looked_up = enc.lookup(patch_coordinates(new, old, "rescaled")).detach().reshape(*new, 8)
+    torch.testing.assert_close(looked_up, expected, atol=1e-5, rtol=1e-5)
+    # timm's resample_abs_pos_embed antialiases by default: another kernel, visibly different values
+    antialiased = torch.nn.functional.interpolate(
+        table.permute(2, 0, 1)[None], size=new, mode="bicubic", align_corners=False, antialias=True
+    )[0].permute(1, 2, 0)
+    assert (antialiased - expected).abs().max() > 0.05
 
 
 def test_learned2d_integer_coords_read_table_rows_exactly():
@@ -114,16 +155,35 @@ def test_rope2d_axial_frequencies_follow_rope_vit():
     torch.testing.assert_close(angles[4:], (3 * expected).float())
 
 
-def test_rope2d_mixed_init_matches_rope_vit_structure():
+def test_rope2d_mixed_init_matches_rope_vit():
+    """rope-vit ``init_random_2d_freqs`` (Heo et al. 2024), written out: per head an angle a = 2π·U[0, 1) (one
+    ``torch.rand(1)`` per head), magnitudes 1/base^(4k/Dh); freqs_x = [mag·cos a, mag·cos(a + π/2)],
+    freqs_y = [mag·sin a, mag·sin(a + π/2)]. x is the column (``compute_mixed_cis``: t_x = t % end_x)."""
+    heads, head_dim, base = 3, 16, 10.0
     torch.manual_seed(0)
-    freqs = init_mixed_frequencies(head_dim=16, num_heads=3, base=10.0)
-    assert freqs.shape == (2, 3, 8)
-    magnitude = 1.0 / 10.0 ** (torch.arange(0, 16, 4).float() / 16)
-    norms = freqs.pow(2).sum(0).sqrt()  # |(f_x, f_y)| per head and pair
-    torch.testing.assert_close(norms, torch.cat((magnitude, magnitude)).expand(3, 8))
-    # second half of the pairs points π/2 away from the first
-    dot = (freqs[:, :, :4] * freqs[:, :, 4:]).sum(0)
-    torch.testing.assert_close(dot, torch.zeros(3, 4), atol=1e-6, rtol=0)
+    angle = [torch.rand(1) * 2 * math.pi for _ in range(heads)]
+    mag = 1.0 / base ** (torch.arange(0, head_dim, 4)[: head_dim // 4].float() / head_dim)
+    fx = torch.stack([torch.cat((mag * torch.cos(a), mag * torch.cos(math.pi / 2 + a))) for a in angle])
+    fy = torch.stack([torch.cat((mag * torch.sin(a), mag * torch.sin(math.pi / 2 + a))) for a in angle])
+    torch.manual_seed(0)
+    freqs = init_mixed_frequencies(head_dim=head_dim, num_heads=heads, base=base)
+    torch.testing.assert_close(freqs, torch.stack((fx, fy)))
+    # whatever the draw: the second half is the first turned by +π/2, from x towards y
+    torch.testing.assert_close(freqs[0, :, 4:], -freqs[1, :, :4])
+    torch.testing.assert_close(freqs[1, :, 4:], freqs[0, :, :4])
+
+
+def test_rope2d_mixed_turns_pairs_by_col_times_fx_plus_row_times_fy():
+    """Eq. 11: pair t of head h at (row r, col c) turns by c·f^x_{h,t} + r·f^y_{h,t} (interleaved pairs)."""
+    enc = build_encoder("rope2d_mixed", dim=32, num_heads=2)
+    fx, fy = enc.freqs.detach()[0].double(), enc.freqs.detach()[1].double()  # [H, 8]
+    coords = coords_of((0, 1), (1, 0), (2, 5))
+    x = torch.tensor([1.0, 0.0]).repeat(8).expand(1, 2, 3, 16)  # every pair (1, 0): turns into (cos, sin)
+    out = enc.rotate(x, coords).detach().double()[0]  # [H, L, 16]
+    for i, (row, col) in enumerate(coords.tolist()):
+        theta = col * fx + row * fy
+        torch.testing.assert_close(out[:, i, 0::2], theta.cos(), atol=1e-6, rtol=0)
+        torch.testing.assert_close(out[:, i, 1::2], theta.sin(), atol=1e-6, rtol=0)
 
 
 def test_rope2d_mixed_frequencies_learn():

@@ -98,6 +98,25 @@ def test_causal_masking_with_and_without_bias():
         torch.testing.assert_close(full[:, :3], prefix, atol=1e-5, rtol=0)  # the future does not leak
 
 
+@pytest.mark.parametrize("fake", [Recorder, Rotates, Biases], ids=["no-bias", "rotate", "bias"])
+def test_causal_rule_and_structure_mask_both_apply(fake):
+    """A causal backbone given a structure mask keeps the causal rule, with or without a bias."""
+    model = make(fake(), causal=True)
+    allowed = torch.ones(6, 6, dtype=torch.bool)
+    allowed[3:, 1] = False  # rows 3.. may not see token 1
+    x = torch.randn(1, 6, 16)
+    out = model(x, torch.arange(6), allowed=allowed)
+    future = x.clone()
+    future[:, 4:] += torch.randn(1, 2, 16)  # random: a channel-constant shift would vanish in LayerNorm
+    torch.testing.assert_close(model(future, torch.arange(6), allowed=allowed)[:, :4], out[:, :4], atol=1e-5, rtol=0)
+    hidden = x.clone()
+    hidden[:, 1] += torch.randn(16)
+    # one layer: only rows 1 and 2 see token 1 (with two, rows 3.. would see it through rows 1 and 2)
+    one_layer = make(fake(), depth=1, causal=True)
+    changed = one_layer(hidden, torch.arange(6), allowed=allowed) - one_layer(x, torch.arange(6), allowed=allowed)
+    assert changed[:, 3:].abs().max() < 1e-5 and changed[:, 1].abs().max() > 1e-3
+
+
 def test_attention_is_softmax_of_scaled_scores_plus_bias():
     """SDPA scale 1/√Dh applies to q·k; the bias is added after it (not scaled)."""
     torch.manual_seed(0)

@@ -33,4 +33,7 @@ def build_datamodule(cfg: Any, train_cfg: Any = None):
     """
     module, name = SPECIAL.get(cfg.data.name) or DATAMODULES[cfg.modality]
     cls = getattr(importlib.import_module(module), name)
-    return cls(cfg.data, seed=cfg.seed, train_data=train_cfg["data"] if train_cfg else None)
+    options = {}
+    if cfg.modality == "text":  # the length study's lengths decide which held-out characters every length scores
+        options["multiples"] = list(cfg.eval.multiples)
+    return cls(cfg.data, seed=cfg.seed, train_data=train_cfg["data"] if train_cfg else None, **options)

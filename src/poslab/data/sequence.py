@@ -13,7 +13,8 @@ from poslab.data.sequence_tasks import IGNORE, generate, task_size, vocab_size
 from poslab.data.text import TextDataModule
 from poslab.errors import ConfigError
 
-DEPTH_BUCKETS = 10
+#: Depth buckets of the recall curve: 5, so that the needle experiment's 1x evaluation (5 pairs) fills each.
+DEPTH_BUCKETS = 5
 
 
 class TaskStream(IterableDataset):
@@ -36,9 +37,14 @@ class SequenceDataModule(TextDataModule):
     def prepare_data(self) -> None:
         pass  # generated on the fly
 
+    @property
+    def queries(self) -> int:
+        """Answers per recall sequence (``data.queries``), in training and evaluation alike."""
+        return self.cfg.queries if self.cfg.name == "associative_recall" else 1
+
     def setup(self, stage: str | None = None) -> None:
-        self.size = task_size(self.cfg.name, self.context)
-        longest = task_size(self.cfg.name, self.context * 8)
+        self.size = task_size(self.cfg.name, self.context, self.queries)
+        longest = task_size(self.cfg.name, self.context * 8, self.queries)
         if self.cfg.name == "associative_recall" and self.cfg.symbols < longest:
             raise ConfigError(f"data.symbols={self.cfg.symbols} is too small for {longest} distinct keys at 8x")
 
@@ -49,30 +55,50 @@ class SequenceDataModule(TextDataModule):
     def model_facts(self) -> dict[str, Any]:
         return {"vocab_size": self.vocab_size}
 
+    @staticmethod
+    def bucket_depths(count: int, pairs: int) -> torch.Tensor:
+        """``count`` depths that place the first query at every pair of each depth bucket in turn: sequence i
+        asks from bucket i mod B, cycling through that bucket's pairs (index / pairs in [b/B, (b+1)/B))."""
+        i = torch.arange(count)
+        bucket = i % DEPTH_BUCKETS
+        first = torch.ceil(bucket * pairs / DEPTH_BUCKETS)
+        width = (torch.ceil((bucket + 1) * pairs / DEPTH_BUCKETS) - first).clamp(min=1)
+        index = (first + (i // DEPTH_BUCKETS) % width).clamp(max=pairs - 1)
+        return (index + 0.5) / pairs  # generate() takes floor(depth * pairs): this index
+
     def fixed_set(self, size: int, split_seed: int) -> list[dict]:
-        """Seeded evaluation batches at one size; recall depths spread evenly over 10 buckets."""
+        """Seeded evaluation batches at one size; the first recall query's depth spread evenly over the buckets."""
         generator = torch.Generator().manual_seed(split_seed)
         count, batch = self.cfg.eval_sequences, self.cfg.eval_batch_size
-        depth = (torch.arange(count) % DEPTH_BUCKETS + 0.5) / DEPTH_BUCKETS
+        depth = self.bucket_depths(count, size)
         return [
-            generate(self.cfg.name, size, min(batch, count - i), self.cfg.symbols, generator, depth[i : i + batch])
+            generate(
+                self.cfg.name,
+                size,
+                min(batch, count - i),
+                self.cfg.symbols,
+                generator,
+                depth[i : i + batch],
+                self.queries,
+            )  # fmt: skip
             for i in range(0, count, batch)
         ]
 
     def train_dataloader(self) -> DataLoader:
-        queries = self.cfg.queries if self.cfg.name == "associative_recall" else 1
-        largest = max(1, self.size - (queries - 1))  # Q queries cost Q - 1 pairs: the length budget holds
-        stream = TaskStream(self.cfg.name, largest, self.cfg.batch_size, self.cfg.symbols, self.stream_seed(), queries)
+        stream = TaskStream(
+            self.cfg.name, self.size, self.cfg.batch_size, self.cfg.symbols, self.stream_seed(), self.queries
+        )
         return self.resumable(ResumableLoader(stream, batch_size=None))
 
     def val_dataloader(self) -> DataLoader:
-        return DataLoader(self.fixed_set(self.size, 1), batch_size=None)
+        return self.eval_loader(self.fixed_set(self.size, 1), None)
 
     def test_dataloader(self) -> DataLoader:
-        return DataLoader(self.fixed_set(self.size, 2), batch_size=None)
+        return self.eval_loader(self.fixed_set(self.size, 2), None)
 
     def lengen_loader(self, multiple: int) -> DataLoader:
-        return DataLoader(self.fixed_set(task_size(self.cfg.name, self.context * multiple), 3), batch_size=None)
+        size = task_size(self.cfg.name, self.context * multiple, self.queries)
+        return self.eval_loader(self.fixed_set(size, 3), None)
 
     def as_batch(self, item: dict, training: bool = False) -> dict[str, Any]:
         windows = item["windows"]

@@ -7,15 +7,22 @@ evaluation uses fixed seeded sets at exactly ``multiple`` × the training size.
 
 * ``copy``: n symbols, then the same n symbols.
 * ``reverse``: n symbols, then them reversed.
-* ``associative_recall``: K distinct key → value pairs ``k1 v1 … kK vK SEP q``
-  and the answer ``v_q``; the queried pair's index / K is its *depth* (0 = the
-  start of the context), which evaluation controls to draw the
+* ``associative_recall``: K distinct key → value pairs ``k1 v1 … kK vK``, SEP,
+  then Q of the keys, each followed by its value (the answers): multi-query
+  associative recall after Zoology's MQAR (Arora et al. 2023), with three
+  differences — Q of the K keys are asked (MQAR asks every key), values are
+  drawn with replacement (MQAR's are distinct), and every query comes after
+  all the pairs (MQAR spaces them with power-law gaps). A queried pair's
+  index / K is its *depth* (0 = the start of the context); evaluation controls
+  the first query's depth, spread evenly over the depth buckets, to draw the
   "lost in the middle" curve (Liu et al. 2023).
 
 Sizes: ``data.context`` is the training sequence budget; copy / reverse use
-n = context // 2 symbols, recall K = (context − 2) // 2 pairs. With
-``data.queries=Q`` training recall asks Q pairs and keeps within the budget by
-holding Q − 1 fewer pairs; evaluation always asks one, at a controlled depth.
+n = context // 2 symbols; recall with Q = ``data.queries`` holds
+K = (context − 2) // 2 − (Q − 1) pairs, so the Q queries fit the budget.
+Training draws 1 … K pairs; evaluation at 1× holds exactly K pairs and asks Q
+queries like training (in distribution), and at m× it fills m × the budget the
+same way.
 """
 
 from __future__ import annotations
@@ -28,9 +35,11 @@ IGNORE = -100
 TASKS = ("copy", "reverse", "associative_recall")
 
 
-def task_size(task: str, context: int) -> int:
-    """Symbols (copy / reverse) or pairs (recall) that fit ``context`` tokens."""
-    return max(1, (context - 2) // 2) if task == "associative_recall" else max(1, context // 2)
+def task_size(task: str, context: int, queries: int = 1) -> int:
+    """Symbols (copy / reverse) or pairs (recall, asked ``queries`` times) that fit ``context`` tokens."""
+    if task == "associative_recall":
+        return max(1, (context - 2) // 2 - (queries - 1))
+    return max(1, context // 2)
 
 
 def vocab_size(symbols: int) -> int:
@@ -48,11 +57,10 @@ def generate(
 ) -> dict[str, torch.Tensor]:
     """``{"windows": [B, T + 1], "answer_mask": [B, T]}`` for one length.
 
-    Recall: ``depth`` in [0, 1) picks the one queried pair (evaluation);
-    otherwise ``queries`` distinct pairs are queried one after another
-    (``… SEP q1 a1 q2 a2 …``), every answer scored: multi-query recall
-    (Arora et al. 2023, "Zoology", MQAR) gives training that many supervised
-    tokens per sequence instead of one.
+    Recall: ``queries`` distinct pairs are queried one after another
+    (``… SEP q1 a1 q2 a2 …``), every answer scored (``depth``: ``[B, Q]``);
+    ``depth`` in [0, 1) given (evaluation) places the first query at that depth,
+    the others at random distinct pairs.
     """
     if task in ("copy", "reverse"):
         x = torch.randint(FIRST_SYMBOL, FIRST_SYMBOL + symbols, (batch, size), generator=generator)
@@ -66,16 +74,17 @@ def generate(
             raise ValueError(f"{size} distinct keys need data.symbols >= {size}")
         keys = torch.rand(batch, symbols, generator=generator).argsort(-1)[:, :size] + FIRST_SYMBOL
         values = torch.randint(FIRST_SYMBOL + symbols, FIRST_SYMBOL + 2 * symbols, (batch, size), generator=generator)
-        if depth is not None:
-            which = (depth * size).long().clamp(max=size - 1)[:, None]
-        elif queries == 1:
+        if depth is None and queries == 1:
             which = torch.randint(0, size, (batch, 1), generator=generator)
-        else:  # distinct pairs, in random order
-            which = torch.rand(batch, size, generator=generator).argsort(-1)[:, : min(queries, size)]
+        else:  # distinct pairs, in random order; with `depth`, the first one at that depth
+            order = torch.rand(batch, size, generator=generator)
+            if depth is not None:
+                order.scatter_(1, (depth * size).long().clamp(max=size - 1)[:, None], -1.0)
+            which = order.argsort(-1)[:, : min(queries, size)]
         asked = torch.stack((keys.gather(1, which), values.gather(1, which)), dim=-1).flatten(1)  # q1 a1 q2 a2 …
         pairs = torch.stack((keys, values), dim=-1).flatten(1)
         seq = torch.cat((pairs, torch.full((batch, 1), SEP), asked), dim=1)
         answer = torch.zeros_like(seq[:, 1:], dtype=torch.bool)
         answer[:, 2 * size + 1 :: 2] = True  # the token after each query
-        return {"windows": seq, "answer_mask": answer, "depth": which[:, 0].float() / size}
+        return {"windows": seq, "answer_mask": answer, "depth": which.float() / size}
     raise ValueError(f"unknown task '{task}'; valid: {', '.join(TASKS)}")

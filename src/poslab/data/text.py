@@ -4,15 +4,20 @@ Training draws random windows of ``context + 1`` characters (nanoGPT's
 ``get_batch``) from an endless, seeded stream, so the run length is
 ``trainer.max_steps``. Validation and test use non-overlapping windows of
 the held-out text. Positions are ``steps``: ``0..L−1``, or — with
-``data.random_positions=N`` in training — a sorted random sample without
-replacement from ``[0, N)`` per sequence (Ruoss et al. 2023, "Randomized
-Positional Encodings Boost Length Generalization of Transformers"), which works
-with every 1D encoder.
+``data.random_positions=N`` — a sorted random sample without replacement from
+``[0, N)`` per sequence (Ruoss et al. 2023, "Randomized Positional Encodings
+Boost Length Generalization of Transformers"), which works with every 1D
+encoder. Evaluation samples them too, as the paper's reference code does
+(``data.random_positions_eval=sampled``; ``arange``: ``0..L−1``), from its own
+generator restarted at every pass over an evaluation set, so every validation,
+a resumed run and a re-test score the same positions and training's random
+stream is left alone.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import math
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +29,19 @@ from poslab.data.resumable import ResumableLoader, ResumableTraining
 from poslab.data.text_sources import SOURCES, TextSplits
 from poslab.errors import ConfigError, DataError
 from poslab.positions import Positions
+
+
+class RestartingLoader(DataLoader):
+    """An evaluation loader that calls ``on_start`` whenever a pass over it begins."""
+
+    def __init__(self, *args: Any, on_start=None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.on_start = on_start
+
+    def __iter__(self):
+        if self.on_start is not None:
+            self.on_start()
+        return super().__iter__()
 
 
 def random_positions(batch: int, length: int, limit: int, generator: torch.Generator | None = None) -> torch.Tensor:
@@ -89,14 +107,20 @@ class ContiguousWindows(Dataset):
 
 
 class TextDataModule(ResumableTraining, L.LightningDataModule):
-    def __init__(self, cfg: Any, seed: int = 0, train_data: Any = None) -> None:
+    """``multiples``: the lengths the length study evaluates, as multiples of ``data.context``
+    (``eval.multiples``); the held-out text is cut so that every one of them scores the same characters."""
+
+    def __init__(self, cfg: Any, seed: int = 0, train_data: Any = None, multiples: Sequence[int] = (1,)) -> None:
         super().__init__()
         self.cfg = cfg
         self.seed = seed
         self.context = int(cfg.context)
+        #: every evaluated window length divides this, so whole windows of each length cover the same text
+        self.eval_unit = self.context * math.lcm(*(int(m) for m in multiples))
         self.splits: dict[str, torch.Tensor] = {}
         self.vocab: Vocabulary | None = None
         self._steps: dict[tuple, torch.Tensor] = {}
+        self._eval_rng = torch.Generator()
 
     # -- facts for the model -------------------------------------------------------------
     @property
@@ -124,10 +148,24 @@ class TextDataModule(ResumableTraining, L.LightningDataModule):
         texts = SOURCES[self.cfg.name](Path(self.cfg.root), False, self.cfg.path)
         self.vocab = Vocabulary.from_splits(texts)
         self.splits = {name: self.vocab.encode(getattr(texts, name)) for name in ("train", "val", "test")}
+        for split in ("val", "test"):
+            if len(self.held_out(split)) < 2:
+                raise ConfigError(
+                    f"no {split} characters to score: data.eval_tokens={self.cfg.eval_tokens} and the "
+                    f"{len(self.splits[split])}-character {split} split hold less than one window of "
+                    f"{self.eval_unit} characters (data.context x the lcm of eval.multiples)"
+                )
 
     def held_out(self, split: str) -> torch.Tensor:
-        """The first ``data.eval_tokens`` characters of a held-out split."""
-        return self.splits[split][: self.cfg.eval_tokens + 1]
+        """The characters scored on a held-out split (plus the first one, never a target).
+
+        The first ``data.eval_tokens`` of them, cut down to a multiple of
+        :attr:`eval_unit`, so validation, test and every length of the length
+        study score exactly the same characters.
+        """
+        tokens = self.splits[split]
+        scored = min(self.cfg.eval_tokens, len(tokens) - 1) // self.eval_unit * self.eval_unit
+        return tokens[: scored + 1]
 
     def stream_seed(self) -> int:
         """The run's seed, offset by the DDP rank so every process draws different windows."""
@@ -138,16 +176,24 @@ class TextDataModule(ResumableTraining, L.LightningDataModule):
         return self.resumable(ResumableLoader(windows, batch_size=None))
 
     def val_dataloader(self) -> DataLoader:
-        return DataLoader(ContiguousWindows(self.held_out("val"), self.context), batch_size=self.cfg.eval_batch_size)
+        return self.eval_loader(ContiguousWindows(self.held_out("val"), self.context), self.cfg.eval_batch_size)
 
     def test_dataloader(self) -> DataLoader:
-        return DataLoader(ContiguousWindows(self.held_out("test"), self.context), batch_size=self.cfg.eval_batch_size)
+        return self.eval_loader(ContiguousWindows(self.held_out("test"), self.context), self.cfg.eval_batch_size)
 
     def lengen_loader(self, multiple: int) -> DataLoader:
-        """Test windows of ``multiple`` × the training context (same characters at every length)."""
+        """Test windows of ``multiple`` × the training context (the same characters at every length of
+        ``eval.multiples``, see :meth:`held_out`)."""
         length = self.context * multiple
         batch = max(1, self.cfg.eval_batch_size // multiple)
-        return DataLoader(ContiguousWindows(self.held_out("test"), length), batch_size=batch)
+        return self.eval_loader(ContiguousWindows(self.held_out("test"), length), batch)
+
+    def eval_loader(self, dataset: Dataset | list, batch_size: int | None) -> DataLoader:
+        """An evaluation loader whose passes all draw the same sampled positions (see the module docstring)."""
+        return RestartingLoader(dataset, batch_size=batch_size, on_start=self.restart_eval_positions)
+
+    def restart_eval_positions(self) -> None:
+        self._eval_rng.manual_seed(self.seed + 1)
 
     def on_after_batch_transfer(self, batch: torch.Tensor, dataloader_idx: int) -> dict[str, Any]:
         training = self.trainer is not None and self.trainer.training
@@ -159,9 +205,10 @@ class TextDataModule(ResumableTraining, L.LightningDataModule):
 
     def positions(self, shape: torch.Size, device: torch.device, training: bool) -> Positions:
         batch, length = shape
-        if training and self.cfg.random_positions:
-            steps = random_positions(batch, length, self.cfg.random_positions).to(device)
-            return Positions(steps=steps, steps_end=self.cfg.random_positions)
+        limit = self.cfg.random_positions
+        if limit and (training or self.cfg.random_positions_eval == "sampled"):
+            steps = random_positions(batch, length, limit, None if training else self._eval_rng).to(device)
+            return Positions(steps=steps, steps_end=limit)
         key = (length, device)
         if key not in self._steps:  # one tensor per length, so encoders' per-forward caches hit
             with torch.inference_mode(False):  # reused by training steps after validation created it

@@ -31,8 +31,8 @@ def patch_coordinates(
 
     ``raw``: integer patch indices of this grid. ``rescaled``: patch centres in
     units of the training grid, ``(i + 0.5) · g_train / g − 0.5`` — the points
-    at which a bicubic resize of a ``g_train`` table samples (timm's
-    ``resample_abs_pos_embed``), and the identity on the training grid.
+    at which a bicubic resize of a ``g_train`` table samples (``F.interpolate``
+    with ``align_corners=False``), and the identity on the training grid.
     """
     coords = grid_coordinates(grid)
     if mode == "raw" or train_grid is None or tuple(train_grid) == tuple(grid):

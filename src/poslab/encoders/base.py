@@ -43,6 +43,9 @@ class PositionEncoder(nn.Module):
     * ``modalities`` — modalities it fits, or None for every modality.
     * ``reads`` — the :class:`Positions` field it reads, or None.
     * ``context_extensions`` — what :meth:`extended` supports at evaluation.
+    * ``length_driven_extensions`` — those whose scale follows the length being
+      processed (dynamic NTK): the length study applies them with factor 1 and
+      as in generation, each prediction scaled for its own prefix.
     """
 
     name: ClassVar[str] = ""
@@ -50,6 +53,8 @@ class PositionEncoder(nn.Module):
     reads: ClassVar[str | None] = None
     #: Context extensions :meth:`extended` accepts (RoPE: linear, ntk, dynamic, yarn).
     context_extensions: ClassVar[tuple[str, ...]] = ()
+    #: Extensions driven by the current length rather than a factor (see the class docstring).
+    length_driven_extensions: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, dim: int, num_heads: int) -> None:
         super().__init__()

@@ -6,11 +6,12 @@ hourly — 4 quarter-hour buckets (``minute // 15``), summed and added to the
 tokens. ``embedding=learned`` (default) trains the tables; ``fixed`` uses
 Vaswani sinusoids over each table's rows (TSLib's ``FixedEmbedding``), whose
 neighbouring rows — Friday and Saturday — are nearly equal: on a series that
-depends only on weekday vs weekend it learned ~5x slower than ``learned``
-(tests/test_train_timeseries.py). ``fields`` picks the tables: on a series
-shorter than a year, month and day-of-month take values in the test split that
-training never saw (a learned row that never trained is noise), so
-``fields=[weekday, hour]`` is the safe choice there.
+depends only on weekday vs weekend it learned ~5x slower than ``learned`` (a
+measurement, also in the README's time-series encoders; no test pins it).
+``fields`` picks the tables: on a series shorter than a year, month and
+day-of-month take values in the test split that training never saw (a learned
+row that never trained is noise), so ``fields=[weekday, hour]`` is the safe
+choice there.
 """
 
 from __future__ import annotations

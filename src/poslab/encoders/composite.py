@@ -26,6 +26,7 @@ class CompositeEncoder(PositionEncoder):
         self.members = nn.ModuleDict(members)
         self.name = "+".join(members)
         self.context_extensions = tuple(e for m in members.values() for e in m.context_extensions)
+        self.length_driven_extensions = tuple(e for m in members.values() for e in m.length_driven_extensions)
 
     def _positions(self, pos: Positions | torch.Tensor) -> Positions:
         if isinstance(pos, torch.Tensor):

@@ -2,8 +2,12 @@
 
 ViT (Dosovitskiy et al. 2021) learns one embedding per patch; keeping the
 table as a 2D grid lets it follow a change of image size the way ViT fine-tunes
-at higher resolution: the table is resampled bicubically
-(timm ``resample_abs_pos_embed``). Here that happens through the positions:
+at higher resolution: the table is resampled bicubically as DeiT and rope-vit
+do, ``F.interpolate(mode="bicubic", align_corners=False)`` without antialiasing
+(Keys cubic convolution, a = −0.75, half-pixel centres, edge cells repeated;
+tested against that kernel written out). timm's ``resample_abs_pos_embed``
+antialiases by default, a different kernel: about 7% relative difference on a
+random 4x4 -> 8x8 table. Here the resampling happens through the positions:
 coordinates rescaled to the training grid are fractional and the table is
 sampled bicubically there, which equals resampling the whole table (tested).
 Raw patch indices past the table have no embedding and are a clear error.

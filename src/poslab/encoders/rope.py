@@ -38,6 +38,7 @@ class RoPE(PositionEncoder):
     modalities = ("text", "timeseries")
     reads = "steps"
     context_extensions = ("linear", "ntk", "dynamic", "yarn")
+    length_driven_extensions = ("dynamic",)
 
     def __init__(
         self,

@@ -7,8 +7,9 @@ factor that multiplies cos and sin (so q·k scales by its square).
 * ``linear`` — Position Interpolation (Chen et al. 2023): θ_i / s, i.e. positions / s.
 * ``ntk`` — NTK-aware scaling (bloc97, 2023): base' = base · s^(d/(d−2)).
 * ``dynamic`` — dynamic NTK (emozilla, 2023; HF ``_compute_dynamic_ntk_parameters``):
-  the NTK base recomputed from the current length once it exceeds the original,
-  base' = base · (s·L/L₀ − (s − 1))^(d/(d−2)).
+  the NTK base recomputed from the current length L once it exceeds the original,
+  base' = base · (s·L/L₀ − (s − 1))^(d/(d−2)); s is a fixed setting (1 by
+  default), the length drives the growth (YaRN §3.3: s = max(1, L/L₀)).
 * ``yarn`` — YaRN (Peng et al. 2023, eqs. 17–21): per-dimension blend of
   interpolated and original frequencies with a linear ramp between the
   dimensions that rotate ``beta_fast`` (32) and ``beta_slow`` (1) times over

@@ -4,22 +4,58 @@ Protocol of the ALiBi paper (Press et al. 2022, §4): the same held-out text is
 cut into non-overlapping windows of each length and the loss is averaged over
 every predicted token. For encoders with context extensions (RoPE: linear,
 ntk, dynamic, yarn) the curve is repeated with each extension applied at
-evaluation time with factor = the length multiple, without retraining.
+evaluation time, without retraining: with factor = the length multiple, except
+for an extension driven by the length itself (dynamic NTK), which keeps factor
+1 — its scale grows as max(1, l′/L) with the length l′ it processes (YaRN
+§3.3; Hugging Face's ``_compute_dynamic_ntk_parameters``) — and is scored as it
+runs in generation (:func:`as_generated`): scoring a whole window at once would
+scale every prediction for the window's length, i.e. make it NTK at factor m.
 An encoder that cannot run at a length (a learned table) records why.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
+import torch
 from torch import nn
 
 from poslab.encoders.base import PositionEncoder
 from poslab.errors import PoslabError
+from poslab.positions import Positions, steps_start
 
 BASE = "base"
+#: Each prefix of :func:`as_generated` is at most this much longer than the last: every prediction is
+#: scaled for a length at most 12.5 % past its own.
+PREFIX_GROWTH = 1.125
+
+
+def prefix_ends(length: int, context: int, growth: float = PREFIX_GROWTH) -> list[int]:
+    """Ends of the prefixes that :func:`as_generated` runs: the training context, then ``growth`` longer each."""
+    ends = [min(context, length)]
+    while ends[-1] < length:
+        ends.append(min(length, max(ends[-1] + 1, math.floor(ends[-1] * growth))))
+    return ends
+
+
+def as_generated(
+    forward: Callable[[torch.Tensor, Positions], torch.Tensor], tokens: torch.Tensor, pos, context: int
+) -> torch.Tensor:
+    """Logits ``[B, L, …]`` as generation computes them: those of position t from a pass over a prefix
+    that ends at t + 1 or at most 12.5 % past it, with that prefix's own positions — so a length-driven
+    extension scales each prediction for (about) its own length. Positions that are not consecutive
+    steps from 0 are scored in one pass."""
+    if not isinstance(pos, Positions) or steps_start(pos) != 0:
+        return forward(tokens, pos)
+    pieces, done = [], 0
+    for end in prefix_ends(tokens.shape[1], context):
+        logits = forward(tokens[:, :end], Positions.consecutive(end, device=tokens.device))
+        pieces.append(logits[:, done:end])
+        done = end
+    return torch.cat(pieces, dim=1)
 
 
 @dataclass
@@ -63,24 +99,26 @@ def encoder_swapped(backbone: nn.Module, encoder: PositionEncoder) -> Iterator[N
 
 def evaluate_lengths(
     backbone: nn.Module,
-    measure: Callable[[int], dict[str, float]],
+    measure: Callable[[int, bool], dict[str, float]],
     context: int,
     multiples: Sequence[int],
     extensions: Sequence[str],
 ) -> LengenResult:
-    """``measure(multiple)`` -> metrics at that length, for the trained encoder and each extension."""
+    """``measure(multiple, generated)`` -> metrics at that length (``generated``: score as in generation,
+    see :func:`as_generated`), for the trained encoder and each extension."""
     encoder: PositionEncoder = backbone.encoder
     usable = [e for e in extensions if e in encoder.context_extensions]
     result = LengenResult(context)
     for multiple in multiples:
-        base = _attempt(lambda m=multiple: measure(m))
+        base = _attempt(lambda m=multiple: measure(m, False))
         result.rows.append({"variant": BASE, "multiple": multiple, "length": multiple * context, **base})
         for kind in usable:
-            if multiple == 1:  # factor 1 is the trained model itself
+            driven = kind in encoder.length_driven_extensions
+            if multiple == 1:  # factor 1, or a length within the training context: the trained model itself
                 row = base
             else:
-                with encoder_swapped(backbone, encoder.extended(kind, float(multiple))):
-                    row = _attempt(lambda m=multiple: measure(m))
+                with encoder_swapped(backbone, encoder.extended(kind, 1.0 if driven else float(multiple))):
+                    row = _attempt(lambda m=multiple, g=driven: measure(m, g))
             result.rows.append({"variant": kind, "multiple": multiple, "length": multiple * context, **row})
     return result
 

@@ -13,10 +13,14 @@ from poslab.positions import Positions
 class CausalLM(nn.Module):
     """Token embedding -> causal pre-norm transformer -> logits over the vocabulary.
 
-    Linear layers start as in GPT-2 / nanoGPT (normal, std 0.02); the token
-    embedding's std is ``embed_std``: next to a fixed sinusoidal table (values
-    in ±1) a token embedding of std 0.02 is drowned out, which is why Vaswani
-    et al. scale theirs by √d. Position enters only through the encoder's hooks.
+    Initialisation: every linear layer of the blocks and the output head has
+    normal weights of std 0.02 and zero biases — GPT-2's base init, *without*
+    its (and nanoGPT's) 1/√(2·depth) scaling of the residual output projections
+    — LayerNorms keep PyTorch's (weight 1, bias 0), the encoder its own. The
+    token embedding's std is ``embed_std``: next to a fixed sinusoidal table
+    (values in ±1) a token embedding of std 0.02 is drowned out, which is why
+    Vaswani et al. scale theirs by √d. Position enters only through the
+    encoder's hooks.
     """
 
     causal = True  # the encoder is built knowing it (a relative bias takes its causal form)

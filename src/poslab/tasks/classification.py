@@ -52,8 +52,9 @@ class ImageClassifier(PositionTask):
         metric(logits, batch["label"])
         size = batch["label"].shape[0]
         training = stage == "train"  # evaluation losses are averaged over DDP ranks (the metrics sync themselves)
+        # train/loss per step (as in every modality), evaluation losses per epoch
         self.log(
-            f"{stage}/loss", loss, on_step=training, on_epoch=True, prog_bar=not training, batch_size=size,
+            f"{stage}/loss", loss, on_step=training, on_epoch=not training, prog_bar=not training, batch_size=size,
             sync_dist=not training,
         )  # fmt: skip
         self.log(f"{stage}/acc", metric, on_step=False, on_epoch=True, prog_bar=stage == "val", batch_size=size)

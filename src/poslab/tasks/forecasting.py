@@ -51,7 +51,7 @@ class ForecastTask(PositionTask):
 
     def training_step(self, batch, batch_idx):
         loss = F.mse_loss(self(batch["past"], batch["pos_past"], batch["pos_future"]), batch["future"])
-        self.log("train/loss", loss, on_step=True, on_epoch=True, batch_size=batch["past"].shape[0])
+        self.log("train/loss", loss, on_step=True, on_epoch=False, batch_size=batch["past"].shape[0])
         return loss
 
     def _eval_step(self, batch, stage: str) -> None:

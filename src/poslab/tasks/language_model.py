@@ -69,8 +69,17 @@ class LanguageModel(PositionTask):
             self.log(f"{stage}/bpc", loss / math.log(2))
             self.log(f"{stage}/ppl", torch.exp(loss))
 
+    def lengen_logits(self, batch, generated: bool) -> torch.Tensor:
+        """Logits of a length-study batch; ``generated``: as generation computes them (see
+        :func:`poslab.evaluation.lengen.as_generated`)."""
+        if not generated:
+            return self(batch["tokens"], batch["pos"])
+        from poslab.evaluation.lengen import as_generated
+
+        return as_generated(self, batch["tokens"], batch["pos"], self.trainer.datamodule.context)
+
     @torch.no_grad()
-    def lengen_metrics(self, loader) -> dict[str, float]:
+    def lengen_metrics(self, loader, generated: bool = False) -> dict[str, float]:
         """Mean loss over every predicted character of ``loader`` (evaluation mode)."""
         was_training = self.training
         self.eval()
@@ -78,7 +87,7 @@ class LanguageModel(PositionTask):
         datamodule = self.trainer.datamodule
         for windows in loader:
             batch = datamodule.as_batch(windows.to(self.device))
-            logits = self(batch["tokens"], batch["pos"])
+            logits = self.lengen_logits(batch, generated)
             total += F.cross_entropy(logits.flatten(0, 1), batch["targets"].flatten(), reduction="sum").item()
             count += batch["targets"].numel()
         self.train(was_training)

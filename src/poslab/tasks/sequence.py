@@ -1,4 +1,4 @@
-"""Sequence tasks (copy, reverse, associative recall): exact-match accuracy on the answer."""
+"""Sequence tasks (copy, reverse, associative recall): accuracy on the answers."""
 
 from __future__ import annotations
 
@@ -18,6 +18,13 @@ def exact_match(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     return right.all(dim=-1).float()
 
 
+def token_hits(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """``[B, answers]``: each scored token predicted right (1) or not, in sequence order (every
+    sequence of a batch scores the same number of tokens)."""
+    scored = targets != IGNORE
+    return (logits.argmax(-1) == targets)[scored].view(targets.shape[0], -1).float()
+
+
 class SequenceTask(LanguageModel):
     monitor = ("val/acc", "max")
 
@@ -25,13 +32,19 @@ class SequenceTask(LanguageModel):
         super().__init__(cfg, vocab_size, context, vocab)
         self.val_acc = MeanMetric()
         self.test_acc = MeanMetric()
+        #: recall answers each query with one token, and each is its own answer; copy / reverse answer once
+        self.per_token = cfg["data"]["name"] == "associative_recall"
+
+    def answer_hits(self, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """Whether each answer is right: ``[B, queries]`` for recall, ``[B]`` (exact match) otherwise."""
+        return token_hits(logits, targets) if self.per_token else exact_match(logits, targets)
 
     def _eval_step(self, batch, stage: str, metric: MeanMetric) -> None:
         logits = self(batch["tokens"], batch["pos"])
         loss = F.cross_entropy(logits.flatten(0, 1), batch["targets"].flatten(), ignore_index=IGNORE)
-        metric.update(loss)
+        metric.update(loss, weight=(batch["targets"] != IGNORE).sum())  # by scored tokens: a short batch counts less
         accuracy = self.val_acc if stage == "val" else self.test_acc
-        accuracy.update(exact_match(logits, batch["targets"]))
+        accuracy.update(self.answer_hits(logits, batch["targets"]))
         self.log(f"{stage}/loss", metric, on_step=False, on_epoch=True)
         self.log(f"{stage}/acc", accuracy, on_step=False, on_epoch=True, prog_bar=True)
 
@@ -39,20 +52,23 @@ class SequenceTask(LanguageModel):
         pass  # bits per character mean nothing here
 
     @torch.no_grad()
-    def lengen_metrics(self, loader) -> dict:
-        """Exact-match accuracy; for recall also accuracy per depth bucket (10, start to end)."""
+    def lengen_metrics(self, loader, generated: bool = False) -> dict:
+        """``acc``: the fraction of answers right (a recall query's value; a whole copy / reverse output);
+        ``token_acc``: of answer tokens; recall also ``depth_acc``, by depth bucket of the queried pair."""
         was_training = self.training
         self.eval()
-        hits, depths = [], []
+        hits, tokens, depths = [], [], []
         datamodule = self.trainer.datamodule
         for item in loader:
             batch = datamodule.as_batch({k: v.to(self.device) for k, v in item.items()})
-            hits.append(exact_match(self(batch["tokens"], batch["pos"]), batch["targets"]).cpu())
+            logits = self.lengen_logits(batch, generated)
+            hits.append(self.answer_hits(logits, batch["targets"]).flatten().cpu())
+            tokens.append(token_hits(logits, batch["targets"]).flatten().cpu())
             if "depth" in batch:
-                depths.append(batch["depth"].cpu())
+                depths.append(batch["depth"].flatten().cpu())  # one per query, in the order of the answers
         self.train(was_training)
         hits_all = torch.cat(hits)
-        out: dict = {"acc": hits_all.mean().item()}
+        out: dict = {"acc": hits_all.mean().item(), "token_acc": torch.cat(tokens).mean().item()}
         if depths:
             bucket = (torch.cat(depths) * DEPTH_BUCKETS).long().clamp(max=DEPTH_BUCKETS - 1)
             out["depth_acc"] = [
