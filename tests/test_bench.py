@@ -72,7 +72,9 @@ def test_time_ratios_are_taken_within_each_round():
 def test_peak_memory_grows_with_the_sequence_and_a_fresh_process_reads_the_same():
     small, large = peak_memory_child("none", TINY), peak_memory_child("none", replace(TINY, length=256))
     assert large > 2 * small > 0  # activations grow with L (attention with L²)
-    assert peak_memory("alibi", TINY) == pytest.approx(peak_memory_child("alibi", TINY), rel=0.3)
+    # at a size where activations dominate (sub-MB peaks move with the heap's state)
+    longer = replace(TINY, length=256)
+    assert peak_memory("alibi", longer) == pytest.approx(peak_memory_child("alibi", longer), rel=0.3)
 
 
 def test_targets_name_registered_encoders():

@@ -107,3 +107,40 @@ def test_console_script_is_installed():
     assert out.returncode == 0 and "modality: vision" in out.stdout
     bad = subprocess.run([str(script), "train", "encoder=nope"], capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "unknown encoder 'nope'" in bad.stderr
+
+
+@pytest.mark.skipif(__import__("os").geteuid() == 0, reason="root writes into read-only folders")
+def test_a_read_only_run_root_is_one_line(capsys, tmp_path):
+    locked = tmp_path / "locked"
+    locked.mkdir(mode=0o500)
+    code, _, err = run_cli(capsys, "train", f"run.root={locked}")
+    assert code == 2 and err.startswith("poslab: error: cannot write ") and err.count("\n") == 1
+
+
+def test_caches_and_summaries_are_readable_by_others(tmp_path):
+    import os
+    import stat
+
+    from poslab.rundir import write_json_atomic
+
+    mask = os.umask(0o022)
+    try:
+        path = write_json_atomic(tmp_path / "summary.json", {"a": 1})
+    finally:
+        os.umask(mask)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o644
+
+
+def test_a_permission_error_is_one_line_naming_the_path(capsys, monkeypatch, tmp_path):
+    """(As root, read-only folders are writable: the error is raised where the run directory is made.)"""
+    import errno
+
+    import poslab.train
+
+    def refuse(cfg, name):
+        raise PermissionError(errno.EACCES, "Permission denied", str(tmp_path / "runs"))
+
+    monkeypatch.setattr(poslab.train, "create_run_dir", refuse)
+    code, _, err = run_cli(capsys, "train", "logger=none", "trainer.max_epochs=1", "model.dim=16", "model.depth=1",
+                           "model.num_heads=2", f"data.root={tmp_path}")  # fmt: skip
+    assert code == 2 and err.splitlines()[-1] == f"poslab: error: cannot write {tmp_path / 'runs'}: permission denied"

@@ -100,3 +100,37 @@ def test_wandb_groups_aggregate_seeds_per_experiment_and_encoder():
     assert wandb_group(needle) == "text-sequence-needle-alibi"
     assert wandb_group(compose(["experiment=needle", "encoder=alibi", "seed=1"])) == wandb_group(needle)
     assert wandb_group(compose(["experiment=needle", "logger.group=mine"])) == "mine"
+
+
+def test_online_w_and_b_that_cannot_start_falls_back_to_offline_once(tiny, monkeypatch, capsys):
+    """Without credentials (or network) an online run logs offline with one line saying so and how to upload;
+    the next run of the process (a comparison's) does not try again."""
+    import poslab.loggers as loggers
+
+    monkeypatch.setattr(loggers, "_online_failure", None)
+    tried = []
+    start = loggers._start_wandb
+
+    def counting(cfg, run_dir, run_name, job_type, wandb_id, mode):
+        tried.append(mode)
+        return start(cfg, run_dir, run_name, job_type, wandb_id, mode)
+
+    monkeypatch.setattr(loggers, "_start_wandb", counting)
+    first = wandb_run(tiny, "logger.mode=online", "run.name=first")
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("poslab:")]
+    assert len(lines) == 1 and "W&B could not start online (" in lines[0] and "wandb sync" in lines[0]
+    assert first["wandb"]["mode"] == "offline" and first["wandb"]["sync_command"]
+    second = wandb_run(tiny, "logger.mode=online", "run.name=second")
+    assert tried == ["online", "offline", "offline"] and second["wandb"]["mode"] == "offline"
+    assert not [line for line in capsys.readouterr().err.splitlines() if line.startswith("poslab:")]
+
+
+def test_an_unknown_wandb_mode_in_the_environment_is_one_line(tiny, monkeypatch, capsys, tmp_path):
+    from poslab.cli import main
+
+    monkeypatch.setenv("WANDB_MODE", "bogus")
+    overrides = [o for o in tiny if not o.startswith(("logger=", "run.root="))]
+    assert main(["train", *overrides, "logger=wandb", f"run.root={tmp_path}"]) == 2
+    err = capsys.readouterr().err
+    assert err == "poslab: error: WANDB_MODE=bogus is not a W&B mode; valid: online, offline, disabled\n"
+    assert not list((tmp_path / "vision").iterdir())  # nothing left behind

@@ -272,3 +272,27 @@ def test_variants_run_every_encoder_once_each_and_label_the_report(tmp_path):
     held = {(text, label): ok for text, label, ok, _ in check_expectations(groups)}
     assert held[("rope/randomized: lengen/token_acc@2x > rope/plain:lengen/token_acc@2x", "rope/randomized")]
     assert ("rope/randomized: lengen/token_acc@2x > rope/plain:lengen/token_acc@2x", "rope/plain") not in held
+
+
+def test_a_broken_or_incomplete_summary_is_skipped_with_a_line_naming_it(tmp_path):
+    runs = tmp_path / "runs"
+    good = fake_summary(runs, "alibi", 0, {"val/loss": 1.0})
+    (runs / "text" / "truncated").mkdir(parents=True)
+    (runs / "text" / "truncated" / "summary.json").write_text('{"kind": "train", "modal')
+    (runs / "text" / "old").mkdir()
+    (runs / "text" / "old" / "summary.json").write_text(json.dumps({"kind": "train", "encoder": "rope"}))
+    lines: list[str] = []
+    found = find_summaries([runs], warn=lines.append)
+    assert [s["_path"] for s in found] == [str(good / "summary.json")]
+    assert sorted(lines) == [
+        f"poslab: skipping {runs / 'text' / 'old' / 'summary.json'}: no modality, seed, config, metrics",
+        f"poslab: skipping {runs / 'text' / 'truncated' / 'summary.json'}: unreadable (JSONDecodeError)",
+    ]
+    assert build_report([runs], tmp_path / "reports").exists()  # the report is built from the rest
+
+
+def test_two_reports_in_the_same_second_get_their_own_folders(tmp_path):
+    from poslab.report import unique_dir
+
+    first, second = unique_dir(tmp_path, "text-20261130-120000"), unique_dir(tmp_path, "text-20261130-120000")
+    assert first != second and first.is_dir() and second.name == "text-20261130-120000-2"

@@ -88,6 +88,22 @@ def test_resume_last_finds_the_newest_unfinished_run_and_refuses_a_changed_confi
         resumed_config(compose(changed), changed)
 
 
+def test_resume_refuses_a_checkpoint_changed_since_it_was_saved(tiny, monkeypatch, capsys):
+    overrides = [*tiny, *STEPS, "run.name=cut"]
+    sigterm_at(monkeypatch, 2)
+    with pytest.raises(RunInterrupted):
+        train(compose(overrides))
+    monkeypatch.undo()
+    run_dir = Path(next(o for o in tiny if o.startswith("run.root=")).split("=", 1)[1]) / "vision" / "cut"
+    last = run_dir / "checkpoints" / "last.ckpt"
+    data = bytearray(last.read_bytes())
+    data[-100] ^= 0xFF
+    last.write_bytes(bytes(data))
+    assert main(["train", *overrides, f"resume={run_dir}"]) == 2
+    err = capsys.readouterr().err
+    assert "does not match the SHA-256 recorded when it was saved" in err and err.count("\n") == 1
+
+
 def test_resume_of_a_directory_without_a_checkpoint_is_one_line(tiny, tmp_path, capsys):
     empty = tmp_path / "runs" / "vision" / "empty"
     empty.mkdir(parents=True)
@@ -139,3 +155,72 @@ def test_sigkill_then_resume_gives_the_uninterrupted_metrics(tiny, tmp_path):
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["metrics"]["test/acc"] == whole["metrics"]["test/acc"]
     assert summary["metrics"]["test/loss"] == pytest.approx(whole["metrics"]["test/loss"], abs=1e-6)
+
+
+def test_a_run_directory_in_use_is_refused_and_a_compare_skips_it(tiny, tmp_path, capsys):
+    """Two processes never train into one directory: the second is refused (one line) and a comparison
+    skips that run, saying so; the lock goes with the process that holds it."""
+    import multiprocessing
+
+    from poslab.compare import compare, plan
+    from poslab.rundir import run_in_use, run_lock
+
+    (_, _, cfg), *_ = plan("vision", ["none"], 1, tiny)
+    run_dir = Path(cfg.run.root) / "vision" / cfg.run.name
+    run_dir.mkdir(parents=True)
+    ready, done = multiprocessing.Event(), multiprocessing.Event()
+
+    def hold() -> None:
+        with run_lock(run_dir):
+            ready.set()
+            done.wait(60)
+
+    holder = multiprocessing.get_context("fork").Process(target=hold)
+    holder.start()
+    assert ready.wait(30) and run_in_use(run_dir)
+    assert main(["train", *tiny, f"run.name={cfg.run.name}"]) == 2
+    assert "is in use by another poslab process (pid " in capsys.readouterr().err
+    lines: list[str] = []
+    result = compare("vision", ["none"], 1, tiny, tmp_path / "reports", echo=lines.append)
+    assert [o.status for o in result["outcomes"]] == ["skipped"] and "in use by another poslab process" in lines[0]
+    done.set()
+    holder.join(30)
+    assert not run_in_use(run_dir)
+    again = compare("vision", ["none"], 1, tiny, tmp_path / "reports", echo=lines.append)
+    assert [o.status for o in again["outcomes"]] == ["trained"]
+
+
+def test_a_new_run_into_an_unfinished_runs_directory_is_refused(tiny, monkeypatch, capsys):
+    """Its checkpoints would mix with the new ones (best-v1.ckpt): resume it, or remove it."""
+    overrides = [*tiny, *STEPS, "run.name=cut"]
+    sigterm_at(monkeypatch, 2)
+    with pytest.raises(RunInterrupted):
+        train(compose(overrides))
+    monkeypatch.undo()
+    assert main(["train", *overrides]) == 2
+    err = capsys.readouterr().err
+    assert "holds an unfinished run's checkpoints; continue it with resume=" in err and err.count("\n") == 1
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("delay", [2.0, 9.0, 14.0])
+def test_a_compare_killed_anywhere_then_rerun_ends_complete_and_unmixed(tiny, tmp_path, delay):
+    """SIGTERM at some point of a real `poslab compare`: an honest exit code (143, or 0 if it had finished);
+    the same command again finishes the grid, each run with one summary and no second-generation checkpoint."""
+    grid = ["modality=vision", "encoders=[none,sincos2d]", "seeds=1", *tiny, *STEPS]
+    command = [sys.executable, "-m", "poslab.cli", "compare", *grid]  # the report goes to <cwd>/reports
+    process = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    time.sleep(delay)
+    process.send_signal(signal.SIGTERM)
+    _, err = process.communicate(timeout=300)
+    # 143: interrupted with its checkpoint saved; -15: killed by the signal before training began (a shell
+    # reports 143 too); 0: the grid had finished
+    assert process.returncode in (0, 143, -signal.SIGTERM), err[-2000:]
+    if process.returncode == 143:
+        assert "rerun the same `poslab compare` command" in err
+    again = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, again.stderr[-2000:]
+    runs = Path(next(o for o in tiny if o.startswith("run.root=")).split("=", 1)[1]) / "vision"
+    run_dirs = sorted(runs.iterdir())
+    assert len(run_dirs) == 2 and all((d / "summary.json").exists() for d in run_dirs)
+    assert not [p for d in run_dirs for p in (d / "checkpoints").glob("*-v*.ckpt")]  # never mixed generations

@@ -99,6 +99,60 @@ def test_eval_reproduces_the_test_accuracy(finished_run):
     assert Path(summary["run_dir"], "summary.json").exists()
 
 
+def test_every_eval_gets_its_own_directory(finished_run, tmp_path):
+    """Two evaluations of one checkpoint (another image size, say) never overwrite each other; a name given
+    twice is refused."""
+    checkpoint = torch.load(Path(finished_run["run_dir"]) / "checkpoints" / "best.ckpt", weights_only=True)
+    checkpoint["hyper_parameters"]["cfg"]["run"]["name"] = "named"  # as compare names its runs
+    ckpt = tmp_path / "named" / "checkpoints" / "best.ckpt"
+    ckpt.parent.mkdir(parents=True)
+    torch.save(checkpoint, ckpt)
+    quiet = ["logger=none", "trainer.enable_progress_bar=false"]
+    first, second = evaluate(ckpt, quiet), evaluate(ckpt, [*quiet, "data.image_size=56"])
+    assert first["run_dir"] != second["run_dir"]
+    assert all(Path(s["run_dir"], "summary.json").exists() for s in (first, second))
+    evaluate(ckpt, [*quiet, "run.name=probe"])
+    with pytest.raises(PoslabError, match="already holds an evaluation; choose another run.name"):
+        evaluate(ckpt, [*quiet, "run.name=probe"])
+
+
+def test_checkpoints_carry_their_sha256_and_a_changed_file_is_refused(finished_run, tmp_path):
+    from poslab.rundir import file_sha256
+
+    run_dir = Path(finished_run["run_dir"])
+    for key, rel in finished_run["checkpoints"].items():
+        digest = finished_run["checkpoint_sha256"][key]
+        assert digest == file_sha256(run_dir / rel) == (run_dir / f"{rel}.sha256").read_text().split()[0]
+    copy = tmp_path / "run" / "checkpoints"
+    copy.mkdir(parents=True)
+    for name in ("best.ckpt", "best.ckpt.sha256"):
+        (copy / name).write_bytes((run_dir / "checkpoints" / name).read_bytes())
+    data = bytearray((copy / "best.ckpt").read_bytes())
+    data[len(data) // 2] ^= 0xFF  # one flipped byte: torch may still load it
+    (copy / "best.ckpt").write_bytes(bytes(data))
+    with pytest.raises(PoslabError, match="does not match the SHA-256 recorded when it was saved"):
+        evaluate(copy / "best.ckpt", ["logger=none"])
+
+
+def test_an_empty_or_mismatched_checkpoint_is_one_line(finished_run, tmp_path, capsys):
+    from poslab.cli import main
+
+    empty = tmp_path / "empty.ckpt"
+    empty.write_bytes(b"")
+    assert main(["eval", f"ckpt={empty}", "logger=none"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"poslab: error: cannot read checkpoint {empty}: ") and err.count("\n") == 1
+    checkpoint = torch.load(Path(finished_run["run_dir"]) / "checkpoints" / "best.ckpt", weights_only=True)
+    name = next(k for k in checkpoint["state_dict"] if k.endswith("head.weight"))
+    checkpoint["state_dict"][name] = torch.zeros(3, 3)
+    wrong = tmp_path / "run" / "checkpoints" / "wrong.ckpt"
+    wrong.parent.mkdir(parents=True)
+    torch.save(checkpoint, wrong)
+    assert main(["eval", f"ckpt={wrong}", "logger=none"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"poslab: error: cannot rebuild the model from checkpoint {wrong}: ") and err.count("\n") == 1
+
+
 def test_eval_at_a_larger_image_resamples_learned_positions(finished_run):
     ckpt = Path(finished_run["run_dir"]) / "checkpoints" / "best.ckpt"
     summary = evaluate(ckpt, ["logger=none", "data.image_size=56", "trainer.enable_progress_bar=false"])
@@ -154,3 +208,24 @@ def test_default_recipe_reaches_the_accuracy_target(tmp_path, data_root):
         compose(["logger=none", f"run.root={tmp_path}", f"data.root={data_root}", "trainer.enable_progress_bar=false"])
     )
     assert summary["metrics"]["test/acc"] >= 0.96
+
+
+def test_a_nan_loss_stops_the_run_naming_the_step_and_keeps_earlier_checkpoints(tiny, monkeypatch, capsys):
+    from poslab.cli import main
+    from poslab.tasks.classification import ImageClassifier
+
+    original = ImageClassifier.training_step
+
+    def poisoned(self, batch, batch_idx):
+        loss = original(self, batch, batch_idx)
+        return loss * float("nan") if self.global_step == 3 else loss
+
+    monkeypatch.setattr(ImageClassifier, "training_step", poisoned)
+    overrides = [*tiny, "trainer.max_epochs=2", "trainer.limit_train_batches=3", "run.checkpoint_every_n_steps=2"]
+    assert main(["train", *overrides, "run.name=nan"]) == 2
+    ours = [line for line in capsys.readouterr().err.splitlines() if line.startswith("poslab:")]
+    assert len(ours) == 1 and ours[0].startswith("poslab: error: the training loss is nan at step 3;")
+    run_dir = Path(next(o for o in tiny if o.startswith("run.root=")).split("=", 1)[1]) / "vision" / "nan"
+    last = torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=False)
+    assert last["global_step"] == 2 and not (run_dir / "summary.json").exists()
+    assert all(torch.isfinite(v).all() for v in last["state_dict"].values())

@@ -21,6 +21,7 @@ from poslab import plots
 from poslab.data.resumable import ResumableLoader
 from poslab.evaluation.similarity import position_similarity
 from poslab.loggers import log_figure, log_line_chart, log_table
+from poslab.rundir import record_digest
 
 
 class Reporter(L.Callback):
@@ -56,7 +57,37 @@ class Reporter(L.Callback):
         self.report["tables"][key] = {"columns": columns, "rows": rows}
 
 
-class PeriodicLast(ModelCheckpoint):
+class FiniteLoss(L.Callback):
+    """Stops a run whose training loss turns NaN / inf, naming the step, before a checkpoint saves it.
+
+    Reading the loss waits for the device, so on an accelerator it is read only on logging steps
+    (``trainer.log_every_n_steps``), where Lightning reads it anyway; on the CPU, every step.
+    """
+
+    def on_before_backward(self, trainer, pl_module, loss) -> None:
+        # before the backward pass and the optimiser step: the weights never see the bad loss
+        if loss.device.type != "cpu" and trainer.global_step % trainer.log_every_n_steps:
+            return
+        if not torch.isfinite(loss.detach()).all():
+            from poslab.errors import NonFiniteLoss
+
+            raise NonFiniteLoss(
+                f"the training loss is {float(loss)} at step {trainer.global_step}; the run stopped there and keeps "
+                "its checkpoints from before it (try a lower optim.lr)"
+            )
+
+
+class DigestedCheckpoint(ModelCheckpoint):
+    """A ``ModelCheckpoint`` that records each file's SHA-256 beside it (``best.ckpt.sha256``), so
+    ``poslab eval`` and ``resume=`` can tell a corrupted or replaced checkpoint from the one saved."""
+
+    def _save_checkpoint(self, trainer, filepath: str) -> None:
+        super()._save_checkpoint(trainer, filepath)
+        if trainer.is_global_zero:
+            record_digest(filepath)
+
+
+class PeriodicLast(DigestedCheckpoint):
     """``last.ckpt`` every ``every_n_steps`` training steps, at the end, and when the run is interrupted.
 
     ``every_n_steps`` None: a tenth of the run's steps, so a kill loses at most

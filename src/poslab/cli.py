@@ -83,6 +83,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except PoslabError as exc:
         print(f"poslab: error: {exc}", file=sys.stderr)
         return 2
+    except PermissionError as exc:  # a read-only run.root / data.root: the path, not a traceback
+        print(f"poslab: error: cannot write {exc.filename or 'a file'}: permission denied", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print("poslab: interrupted", file=sys.stderr)
         return 130
@@ -144,10 +147,12 @@ def _report_cmd(args: argparse.Namespace) -> int:
 
 
 def _list(args: argparse.Namespace) -> int:
-    from poslab.config import group_choices
+    from poslab.config import config_dir, group_choices
     from poslab.encoders import available_encoders, encoder_class
 
     modalities = [args.modality] if args.modality else group_choices("modality")
+    if not modalities:
+        raise PoslabError(f"no modality configs under {config_dir()}; set POSLAB_CONFIG_DIR to a configs/ folder")
     for modality in modalities:
         names = available_encoders(modality)
         print(f"{modality}: " + ", ".join(f"{n} ({'+'.join(encoder_class(n).hooks()) or 'no hooks'})" for n in names))

@@ -24,6 +24,7 @@ from typing import Any
 from poslab.config import compose, config_hash, to_dict
 from poslab.errors import ConfigError, RunInterrupted
 from poslab.resume import LAST_CHECKPOINT
+from poslab.rundir import RunInUse, remove_run_dir, run_in_use
 
 
 @dataclass
@@ -94,10 +95,16 @@ def compare(
         if (run_dir / LAST_CHECKPOINT).is_file():  # interrupted earlier: its name vouches for the same config
             cfg.resume, status = str(run_dir.resolve()), "resumed"
             echo(f"{head}: continuing the interrupted run in {run_dir}")
+        elif run_dir.exists() and not run_in_use(run_dir):  # killed before its first checkpoint: start clean
+            remove_run_dir(run_dir)
         start = time.perf_counter()
         try:
             summary = train(cfg)
             outcome = Outcome(encoder, seed, run_dir, status, time.perf_counter() - start, metrics=summary["metrics"])
+        except RunInUse as exc:  # another process trains it now (a second compare over the same runs)
+            outcomes.append(Outcome(encoder, seed, run_dir, "skipped"))
+            echo(f"{head}: {exc}, skipped")
+            continue
         except RunInterrupted as exc:
             raise RunInterrupted(
                 f"{head}: {str(exc).split(';')[0]}; rerun the same `poslab compare` command to continue the grid",

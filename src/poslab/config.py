@@ -33,9 +33,18 @@ NODE_GROUPS = ("encoder", "logger", "trainer")
 
 
 def config_dir() -> Path:
-    """``$POSLAB_CONFIG_DIR`` or the repository's ``configs/`` (editable install)."""
+    """Where the YAML lives: ``$POSLAB_CONFIG_DIR``; else the checkout's ``configs/`` (an editable install,
+    ``PYTHONPATH=src``); else the copy a wheel installs under ``<prefix>/share/poslab/configs``."""
+    import sys
+
     env = os.environ.get("POSLAB_CONFIG_DIR")
-    return Path(env) if env else Path(__file__).resolve().parents[2] / "configs"
+    if env:
+        return Path(env)
+    here = Path(__file__).resolve()
+    candidates = [here.parents[2] / "configs"]  # src/poslab/config.py -> the checkout
+    candidates += [here.parents[i] / "share" / "poslab" / "configs" for i in (3, 4)]  # <prefix>/lib/pythonX/...
+    candidates.append(Path(sys.prefix) / "share" / "poslab" / "configs")
+    return next((c for c in candidates if (c / "train.yaml").is_file()), candidates[0])
 
 
 def group_choices(group: str) -> list[str]:
@@ -96,9 +105,13 @@ class Overrides:
                 raise ConfigError(f"override '{item}' is not key=value")
             try:
                 value = OmegaConf.to_container(OmegaConf.from_dotlist([f"_={raw}"]))["_"]
-            except OmegaConfBaseException as exc:
-                raise ConfigError(f"cannot parse the value of '{item}': {exc.msg.splitlines()[0]}") from None
+            except Exception as exc:  # OmegaConf's errors, and YAML's for an unbalanced '{' or '['
+                message = getattr(exc, "msg", None) or str(exc) or type(exc).__name__
+                raise ConfigError(f"cannot parse the value of '{item}': {message.splitlines()[0]}") from None
             if key in GROUPS:
+                if not raw.strip():
+                    valid = ", ".join(group_choices(key)) or "none"
+                    raise ConfigError(f"'{key}=' names no {key}; valid: {valid}")
                 if value is not None and not isinstance(value, str):
                     raise ConfigError(f"'{key}' selects a config file by name, got {raw!r}")
                 selections[key] = value
@@ -120,6 +133,16 @@ class Overrides:
 # -- composition ---------------------------------------------------------------
 def compose(overrides: list[str] | tuple[str, ...] = ()) -> DictConfig:
     """Compose ``train.yaml`` + groups + overrides and validate the result."""
+    try:
+        return _compose(overrides)
+    except OmegaConfBaseException as exc:  # e.g. seed=${seed}: one line, not a traceback
+        where = f" at '{exc.full_key}'" if getattr(exc, "full_key", None) else ""
+        raise ConfigError(
+            f"invalid config{where}: {str(exc.msg if hasattr(exc, 'msg') else exc).splitlines()[0]}"
+        ) from None
+
+
+def _compose(overrides: list[str] | tuple[str, ...]) -> DictConfig:
     cli = Overrides.parse(overrides)
     base = load_yaml(config_dir() / "train.yaml")
     chain = [_pop_defaults(base)]  # lowest precedence first
@@ -155,8 +178,21 @@ def compose(overrides: list[str] | tuple[str, ...] = ()) -> DictConfig:
         *({group: load_node(group, select(group))} for group in NODE_GROUPS),
         exp_cfg,
     )
-    cfg = OmegaConf.merge(cfg, cli.dotlist_config(cfg))
-    return validate(cfg)
+    return validate(_merge_overrides(cfg, cli))
+
+
+def _merge_overrides(cfg: DictConfig, cli: Overrides) -> DictConfig:
+    """``cfg`` with the command line's dotted values; a value of the wrong shape (a mapping where a list
+    belongs) is one line naming its key."""
+    try:
+        return OmegaConf.merge(cfg, cli.dotlist_config(cfg))
+    except (OmegaConfBaseException, TypeError, ValueError) as exc:
+        for key, value in cli.values:
+            try:
+                OmegaConf.merge(cfg, Overrides({}, [(key, value)]).dotlist_config(cfg))
+            except (OmegaConfBaseException, TypeError, ValueError):
+                raise ConfigError(f"config key '{key}' cannot take {value!r}") from None
+        raise ConfigError(f"invalid overrides: {str(exc).splitlines()[0]}") from None
 
 
 #: What a checkpoint's weights depend on: evaluation cannot change these.
@@ -175,8 +211,7 @@ def recompose(
             )
     cfg = OmegaConf.create(stored)
     cfg = OmegaConf.merge(cfg, *({g: load_node(g, c)} for g, c in cli.selections.items() if c))
-    cfg = OmegaConf.merge(cfg, cli.dotlist_config(cfg))
-    return validate(cfg)
+    return validate(_merge_overrides(cfg, cli))
 
 
 def _pop_defaults(cfg: DictConfig) -> dict[str, Any]:
@@ -206,7 +241,7 @@ def validate(cfg: DictConfig) -> DictConfig:
     _check_keys(cfg, structured, "")
     try:
         merged = OmegaConf.merge(structured, cfg)
-    except OmegaConfBaseException as exc:
+    except (OmegaConfBaseException, TypeError) as exc:  # TypeError: a mapping where a list belongs
         raise _type_error(exc, cfg, structured, schema) from None
     missing = sorted(OmegaConf.missing_keys(merged))
     if missing:
@@ -215,11 +250,47 @@ def validate(cfg: DictConfig) -> DictConfig:
         OmegaConf.resolve(merged)
     except OmegaConfBaseException as exc:
         raise ConfigError(f"cannot resolve config key '{exc.full_key}': {exc.msg.splitlines()[0]}") from None
+    check_values(merged)
     check = MODALITY_SCHEMAS[modality].check
     problem = check(merged) if check else None
     if problem:
         raise ConfigError(problem)
     return merged
+
+
+def check_values(cfg: DictConfig) -> None:
+    """Every float finite, every key of :data:`poslab.schema.RANGES` in its range, ``run.name`` one path
+    component: one :class:`ConfigError` line naming the key, the value and what is allowed."""
+    import math
+
+    from poslab.schema import RANGES, RUN_NAME_MAX
+
+    def floats(node: Any, prefix: str):
+        for key, value in node.items() if isinstance(node, dict) else enumerate(node):
+            full = f"{prefix}{key}" if isinstance(node, dict) else prefix.rstrip(".")
+            if isinstance(value, (dict, list)):
+                yield from floats(value, f"{full}.")
+            elif isinstance(value, float):
+                yield full, value
+
+    plain = OmegaConf.to_container(cfg, resolve=True)
+    for key, value in floats(plain, ""):
+        if not math.isfinite(value):
+            raise ConfigError(f"config key '{key}' must be a finite number, got {value}")
+    for key, allowed in RANGES.items():
+        value = OmegaConf.select(cfg, key, default=None)
+        values = [value] if value is None or isinstance(value, (str, int, float)) else list(value)
+        for item in values:
+            if isinstance(item, (int, float)) and not isinstance(item, bool) and not allowed.holds(item):
+                raise ConfigError(f"config key '{key}' must be {allowed.describe()}, got {item!r}")
+    name = OmegaConf.select(cfg, "run.name", default=None)
+    if name is not None:
+        name = str(name)
+        if not name or name in (".", "..") or "/" in name or "\\" in name or len(name) > RUN_NAME_MAX:
+            raise ConfigError(
+                f"run.name must be one folder name (no '/', not '.' or '..', 1-{RUN_NAME_MAX} characters), "
+                f"got {name[:60]!r}{'…' if len(name) > 60 else ''}"
+            )
 
 
 def _check_keys(cfg: DictConfig, schema: DictConfig, prefix: str) -> None:
@@ -240,7 +311,7 @@ def _check_keys(cfg: DictConfig, schema: DictConfig, prefix: str) -> None:
 
 
 def _type_error(exc: OmegaConfBaseException, cfg: DictConfig, structured: DictConfig, schema: type) -> ConfigError:
-    key = exc.full_key or _first_bad_leaf(cfg, structured)
+    key = getattr(exc, "full_key", None) or _first_bad_leaf(cfg, structured)
     if not key:
         return ConfigError(f"invalid config: {str(exc).splitlines()[0]}")
     value = OmegaConf.select(cfg, key)

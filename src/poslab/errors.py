@@ -31,6 +31,10 @@ class RunInterrupted(PoslabError):
         self.exit_code = 128 + signal_number
 
 
+class NonFiniteLoss(PoslabError):
+    """Training produced a NaN / inf loss: the run stops there, its earlier checkpoints kept."""
+
+
 def closest(word: str, choices: Iterable[str]) -> str | None:
     """The closest valid spelling of ``word``, or None when nothing is close."""
     matches = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.5)

@@ -23,6 +23,10 @@ from matplotlib.figure import Figure
 from poslab.plots import save_figure
 
 WANDB_MODES = ("online", "offline", "disabled")
+#: Seconds ``wandb.init`` may wait for the server before the run falls back to offline.
+INIT_TIMEOUT_S = 20
+#: Why online W&B failed in this process: later runs (a comparison's) go offline at once.
+_online_failure: str | None = None
 
 
 def wandb_credentials_present() -> bool:
@@ -89,9 +93,44 @@ def build_logger(cfg: Any, run_dir: Path, run_name: str, job_type: str = "train"
         from lightning.pytorch.loggers import TensorBoardLogger
 
         return TensorBoardLogger(save_dir=run_dir, name="tensorboard", version="", default_hp_metric=False)
+    global _online_failure
+
+    env = os.environ.get("WANDB_MODE")
+    if env is not None and env.lower() not in (*WANDB_MODES, "dryrun", "run", ""):
+        from poslab.errors import ConfigError
+
+        raise ConfigError(f"WANDB_MODE={env} is not a W&B mode; valid: {', '.join(WANDB_MODES)}")
+    mode = resolve_wandb_mode(cfg.logger.mode)
+    if mode == "online" and _online_failure:
+        mode = "offline"
+    try:
+        return _start_wandb(cfg, run_dir, run_name, job_type, wandb_id, mode)
+    except Exception as exc:
+        if mode != "online":
+            from poslab.errors import PoslabError
+
+            raise PoslabError(f"W&B could not start ({mode}): {_first_line(exc)}") from None
+        _online_failure = _first_line(exc)
+        import sys
+
+        print(
+            f"poslab: W&B could not start online ({_online_failure}); this run logs offline — "
+            f"upload it later with `wandb sync {Path(run_dir) / 'wandb'}/offline-run-*`",
+            file=sys.stderr,
+        )
+        return _start_wandb(cfg, run_dir, run_name, job_type, wandb_id, "offline")
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def _start_wandb(cfg: Any, run_dir: Path, run_name: str, job_type: str, wandb_id: str | None, mode: str):
+    """A started ``WandbLogger`` (``wandb.init`` bounded by :data:`INIT_TIMEOUT_S`)."""
+    import wandb
     from lightning.pytorch.loggers import WandbLogger
 
-    mode = resolve_wandb_mode(cfg.logger.mode)
     tags = [cfg.modality, cfg.task.name, cfg.encoder.name, *cfg.logger.tags]
     if cfg.experiment:
         tags.append(f"experiment:{cfg.experiment}")
@@ -107,9 +146,15 @@ def build_logger(cfg: Any, run_dir: Path, run_name: str, job_type: str = "train"
         log_model=cfg.logger.log_model and mode == "online",
         mode=mode,
         config=flat_columns(cfg),
+        settings=wandb.Settings(init_timeout=INIT_TIMEOUT_S),
         **({"id": wandb_id, "resume": "allow"} if wandb_id else {}),
     )
-    logger.experiment  # start the run now (Lightning also sets trainer/global_step as x-axis)  # noqa: B018
+    logger.poslab_mode = mode  # what it runs as (an online run that fell back is offline)
+    try:
+        logger.experiment  # start the run now (Lightning also sets trainer/global_step as x-axis)  # noqa: B018
+    except BaseException:
+        wandb.teardown()  # leave no half-started run for the next logger of this process
+        raise
     return logger
 
 
@@ -128,6 +173,7 @@ def wandb_info(logger: Any, mode: str) -> dict[str, Any]:
     run = logger.experiment if is_wandb(logger) else None
     if run is None or isinstance(run, DummyExperiment):
         return {"mode": None, "dir": None, "url": None, "path": None, "sync_command": None}
+    mode = getattr(logger, "poslab_mode", mode)
     run_dir = str(Path(run.dir).parent) if mode != "disabled" and getattr(run, "dir", None) else None
     url = getattr(run, "url", None) if mode == "online" else None
     path = getattr(run, "path", None) if mode == "online" else None

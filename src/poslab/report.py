@@ -84,8 +84,16 @@ class Group:
         return statistics.fmean(values) if values else None
 
 
-def find_summaries(paths: Iterable[str | Path]) -> list[dict]:
-    """Every training ``summary.json`` under ``paths`` (evaluation runs are left out)."""
+#: What a report reads from a summary (a file without them is skipped with a warning).
+REQUIRED_KEYS = ("kind", "modality", "encoder", "seed", "config", "metrics")
+
+
+def find_summaries(paths: Iterable[str | Path], warn=None) -> list[dict]:
+    """Every training ``summary.json`` under ``paths`` (evaluation runs are left out). One that cannot be
+    read, or lacks a key a report needs, is skipped with one line to ``warn`` (stderr by default)."""
+    import sys
+
+    warn = warn or (lambda line: print(line, file=sys.stderr))
     found = []
     for root in paths:
         root = Path(root)
@@ -93,7 +101,12 @@ def find_summaries(paths: Iterable[str | Path]) -> list[dict]:
         for path in files:
             try:
                 summary = json.loads(path.read_text())
-            except (OSError, json.JSONDecodeError):
+            except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+                warn(f"poslab: skipping {path}: unreadable ({type(exc).__name__})")
+                continue
+            missing = [k for k in REQUIRED_KEYS if not isinstance(summary, dict) or k not in summary]
+            if missing:
+                warn(f"poslab: skipping {path}: no {', '.join(missing)}")
                 continue
             if summary.get("kind") == "train":
                 summary["_path"] = str(path)
@@ -217,6 +230,20 @@ def expectation_section(groups: Sequence[Group]) -> list[str]:
     return [f"**Expected outcome: {overall}.**", "", *markdown_table(header, cells), ""]
 
 
+def unique_dir(parent: Path, stem: str) -> Path:
+    """``parent/stem``, or ``stem-2``, ``stem-3`` … when taken: created here (``mkdir`` is atomic), so two
+    reports started in the same second never share a folder."""
+    parent.mkdir(parents=True, exist_ok=True)
+    for n in range(1, 1000):
+        path = parent / (stem if n == 1 else f"{stem}-{n}")
+        try:
+            path.mkdir()
+            return path
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"no free report folder for {parent / stem}")
+
+
 def build_report(paths: Iterable[str | Path], out_root: str | Path = "reports", title: str | None = None) -> Path:
     """Write ``<out_root>/<modality>-<timestamp>/report.md`` (+ PNGs); returns the Markdown path."""
     from poslab import plots, report_figures
@@ -230,8 +257,7 @@ def build_report(paths: Iterable[str | Path], out_root: str | Path = "reports", 
         )
     groups = group_runs(summaries)
     modalities = sorted({g.modality for g in groups})
-    out = Path(out_root) / f"{'+'.join(modalities)}-{time.strftime('%Y%m%d-%H%M%S')}"
-    out.mkdir(parents=True, exist_ok=True)
+    out = unique_dir(Path(out_root), f"{'+'.join(modalities)}-{time.strftime('%Y%m%d-%H%M%S')}")
     lines = [
         f"# {title or 'poslab comparison'}",
         "",

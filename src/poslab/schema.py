@@ -26,6 +26,88 @@ from poslab.encoders.rope_scaling import SCALINGS
 Number = Union[int, float]
 
 
+@dataclass(frozen=True)
+class Range:
+    """The values a numeric key may take (``None``: unbounded on that side)."""
+
+    low: float | None = None
+    high: float | None = None
+    low_open: bool = False
+    high_open: bool = False
+
+    def holds(self, value: float) -> bool:
+        if self.low is not None and (value < self.low or (self.low_open and value == self.low)):
+            return False
+        return self.high is None or not (value > self.high or (self.high_open and value == self.high))
+
+    def describe(self) -> str:
+        def show(x: float) -> str:
+            return f"{int(x):,}" if float(x).is_integer() else f"{x:g}"
+
+        if self.high is None:
+            return f"{'>' if self.low_open else '>='} {show(self.low)}"
+        if self.low is None:
+            return f"{'<' if self.high_open else '<='} {show(self.high)}"
+        return f"in {'(' if self.low_open else '['}{show(self.low)}, {show(self.high)}{')' if self.high_open else ']'}"
+
+
+AT_LEAST_1, AT_LEAST_0, POSITIVE = Range(1), Range(0), Range(0, low_open=True)
+FRACTION = Range(0, 1, high_open=True)  # [0, 1)
+
+#: Value ranges by dotted key (a list is checked item by item; keys a modality lacks are skipped; null
+#: passes where the type allows it). Checked before anything is written, as the types are.
+RANGES: dict[str, Range] = {
+    "seed": Range(0, 2**32 - 1),  # what NumPy's seeding accepts
+    "run.checkpoint_every_n_steps": AT_LEAST_1,
+    "model.dim": AT_LEAST_1,
+    "model.depth": AT_LEAST_1,
+    "model.num_heads": AT_LEAST_1,
+    "model.mlp_ratio": POSITIVE,
+    "model.dropout": FRACTION,
+    "model.embed_std": POSITIVE,
+    "model.patch_len": AT_LEAST_1,
+    "model.stride": AT_LEAST_1,
+    "task.label_smoothing": FRACTION,
+    "optim.lr": POSITIVE,
+    "optim.weight_decay": AT_LEAST_0,
+    "optim.betas": FRACTION,
+    "optim.warmup_fraction": FRACTION,
+    "trainer.num_nodes": AT_LEAST_1,
+    "trainer.max_epochs": Range(-1),  # -1: no limit
+    "trainer.max_steps": Range(-1),
+    "trainer.limit_train_batches": POSITIVE,
+    "trainer.limit_val_batches": AT_LEAST_0,
+    "trainer.limit_test_batches": POSITIVE,
+    "trainer.check_val_every_n_epoch": AT_LEAST_1,
+    "trainer.val_check_interval": POSITIVE,
+    "trainer.log_every_n_steps": AT_LEAST_1,
+    "trainer.gradient_clip_val": AT_LEAST_0,
+    "trainer.num_sanity_val_steps": Range(-1),
+    "data.batch_size": AT_LEAST_1,
+    "data.eval_batch_size": AT_LEAST_1,
+    "data.num_workers": AT_LEAST_0,
+    "data.val_size": AT_LEAST_1,
+    "data.test_size": AT_LEAST_1,
+    "data.image_size": AT_LEAST_1,
+    "data.patch_size": AT_LEAST_1,
+    "data.augment.rotate": AT_LEAST_0,
+    "data.augment.scale": FRACTION,
+    "data.augment.translate": FRACTION,
+    "data.context": Range(2),
+    "data.eval_tokens": AT_LEAST_1,
+    "data.random_positions": AT_LEAST_1,
+    "data.symbols": AT_LEAST_1,
+    "data.eval_sequences": AT_LEAST_1,
+    "data.queries": AT_LEAST_1,
+    "data.lookback": AT_LEAST_1,
+    "data.horizon": AT_LEAST_1,
+    "eval.multiples": AT_LEAST_1,
+    "eval.image_sizes": AT_LEAST_1,
+}
+#: A run name is one path component of at most this many characters.
+RUN_NAME_MAX = 120
+
+
 @dataclass
 class RunConfig:
     root: str = MISSING

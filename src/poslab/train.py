@@ -24,9 +24,18 @@ from omegaconf import DictConfig
 
 from poslab import __version__
 from poslab.config import recompose, to_dict
-from poslab.errors import ConfigError, PoslabError, RunInterrupted
+from poslab.errors import ConfigError, NonFiniteLoss, PoslabError, RunInterrupted
 from poslab.resume import LAST_CHECKPOINT, read_record, write_record
-from poslab.rundir import RUN_NAME_ENV, create_run_dir, remove_run_dir, run_name, write_summary
+from poslab.rundir import (
+    RUN_NAME_ENV,
+    create_run_dir,
+    recorded_digest,
+    remove_run_dir,
+    run_lock,
+    run_name,
+    verify_digest,
+    write_summary,
+)
 
 warnings.filterwarnings("ignore", ".*does not have many workers.*")  # in-memory data: workers only cost
 warnings.filterwarnings("ignore", ".*LeafSpec.*deprecated.*")
@@ -53,16 +62,19 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     resuming = bool(cfg.resume)
     if resuming:  # resume.resumed_config has checked the directory and the config
         run_dir, name = Path(cfg.resume), Path(cfg.resume).name
-        wandb_id = read_record(run_dir).get("wandb_id")
     else:
         name = run_name(cfg)
         run_dir = create_run_dir(cfg, name)
-        wandb_id = secrets.token_hex(4)
-        write_record(run_dir, cfg, wandb_id)
     os.environ[RUN_NAME_ENV] = name  # DDP children re-run the command and must find the same directory
     try:
-        with logged_run(cfg, run_dir, name, "train", wandb_id=wandb_id, keep=resuming) as logger:
-            return _fit_and_test(cfg, datamodule, task, run_dir, name, logger, start)
+        with run_lock(run_dir):
+            if resuming:
+                wandb_id = read_record(run_dir).get("wandb_id")
+            else:
+                wandb_id = secrets.token_hex(4)
+                write_record(run_dir, cfg, wandb_id)
+            with logged_run(cfg, run_dir, name, "train", wandb_id=wandb_id, keep=resuming) as logger:
+                return _fit_and_test(cfg, datamodule, task, run_dir, name, logger, start)
     finally:
         if "LOCAL_RANK" not in os.environ:
             os.environ.pop(RUN_NAME_ENV, None)
@@ -70,13 +82,21 @@ def train(cfg: DictConfig) -> dict[str, Any]:
 
 def _fit_and_test(cfg, datamodule, task, run_dir: Path, name: str, logger: Any, start: float) -> dict[str, Any]:
     """Fit (from ``checkpoints/last.ckpt`` when resuming), test the best checkpoint, write the summary."""
-    from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint
+    from lightning.pytorch.callbacks import LearningRateMonitor
     from lightning.pytorch.utilities.exceptions import SIGTERMException
 
-    from poslab.callbacks import EncoderFigure, History, PeriodicLast, StepTimer, TrainingPosition
+    from poslab.callbacks import (
+        DigestedCheckpoint,
+        EncoderFigure,
+        FiniteLoss,
+        History,
+        PeriodicLast,
+        StepTimer,
+        TrainingPosition,
+    )
 
     monitor, mode = task.monitor
-    checkpoint = ModelCheckpoint(
+    checkpoint = DigestedCheckpoint(
         dirpath=run_dir / "checkpoints",
         filename="best",
         monitor=monitor,
@@ -84,12 +104,14 @@ def _fit_and_test(cfg, datamodule, task, run_dir: Path, name: str, logger: Any, 
         auto_insert_metric_name=False,
     )
     periodic = PeriodicLast(run_dir / "checkpoints", cfg.run.checkpoint_every_n_steps)
-    callbacks = [checkpoint, periodic, TrainingPosition(), StepTimer(), History(), EncoderFigure()]
+    callbacks = [FiniteLoss(), checkpoint, periodic, TrainingPosition(), StepTimer(), History(), EncoderFigure()]
     callbacks += task.report_callbacks(cfg)
     if logger is not None:
         callbacks.append(LearningRateMonitor(logging_interval="step"))
     trainer = build_trainer(cfg, run_dir, logger, callbacks)
     last = run_dir / LAST_CHECKPOINT
+    if cfg.resume:
+        verify_digest(last)
     try:
         trainer.fit(task, datamodule=datamodule, ckpt_path=str(last) if cfg.resume else None, weights_only=False)
         interrupted = trainer.received_sigterm  # Lightning may also end the fit quietly after the signal
@@ -128,21 +150,28 @@ def evaluate(ckpt: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> d
     path = Path(ckpt)
     if not path.is_file():
         raise PoslabError(f"checkpoint {path} does not exist")
+    verify_digest(path)
     try:
         checkpoint = torch.load(path, map_location="cpu", weights_only=True)
         stored = checkpoint["hyper_parameters"]["cfg"]
     except Exception as exc:  # not a poslab checkpoint, or a corrupt file
-        raise PoslabError(f"cannot read checkpoint {path}: {str(exc).splitlines()[0]}") from None
+        raise PoslabError(f"cannot read checkpoint {path}: {first_line(exc)}") from None
     cfg = recompose(stored, [*overrides, f"eval.ckpt={path}"])
     check_accelerator(cfg)
     datamodule = build_datamodule(cfg, train_cfg=stored)
     datamodule.prepare_data()
     datamodule.setup("test")
-    task = task_from_checkpoint(checkpoint)
+    try:
+        task = task_from_checkpoint(checkpoint)
+    except (KeyError, RuntimeError, TypeError, ValueError) as exc:  # weights of another shape, a stripped file
+        raise PoslabError(f"cannot rebuild the model from checkpoint {path}: {first_line(exc)}") from None
 
     train_dir = path.resolve().parent.parent
-    name = cfg.run.name or f"eval-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
+    named = any(o.startswith("run.name=") for o in overrides)  # the stored run.name is the training run's
+    name = cfg.run.name if named else f"eval-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}"
     run_dir = train_dir / "eval" / name
+    if (run_dir / "summary.json").exists():
+        raise PoslabError(f"{run_dir} already holds an evaluation; choose another run.name")
     run_dir.mkdir(parents=True, exist_ok=True)
     with logged_run(cfg, run_dir, f"{train_dir.name}-eval-{name}", "eval") as logger:
         from poslab.callbacks import EncoderFigure
@@ -164,7 +193,7 @@ def logged_run(
     try:
         logger = build_logger(cfg, run_dir, name, job_type=job_type, wandb_id=wandb_id)
         yield logger
-    except RunInterrupted:
+    except (RunInterrupted, NonFiniteLoss):  # the run's checkpoints so far stay
         raise
     except PoslabError:
         if not keep:
@@ -185,10 +214,39 @@ def finish_run(kind, cfg, run_dir, name, trainer, task, metrics, checkpoints, st
 
 
 def check_accelerator(cfg: DictConfig) -> None:
-    """``trainer=gpu`` / ``ddp`` where no GPU is: one line naming what is present, before anything is written."""
+    """Device settings checked before anything is written: ``trainer=gpu`` / ``ddp`` where no GPU is is one
+    line naming what is present; settings Lightning rejects (``trainer.precision=99``) are one line too."""
     accelerator = str(cfg.trainer.accelerator)
-    if accelerator not in ("gpu", "cuda", "mps"):
+    if accelerator in ("gpu", "cuda", "mps"):
+        _check_gpu_present(cfg, accelerator)
+    _check_device_settings(cfg)
+
+
+def _check_device_settings(cfg: DictConfig) -> None:
+    """Let Lightning's own connector judge accelerator / devices / strategy / precision / nodes."""
+    import logging
+
+    try:
+        from lightning.pytorch.trainer.connectors.accelerator_connector import _AcceleratorConnector
+    except ImportError:  # moved in another Lightning version: the Trainer will judge them itself
         return
+
+    t = cfg.trainer
+    quiet = logging.getLogger("lightning.pytorch")
+    level, quiet.level = quiet.level, logging.WARNING
+    try:
+        _AcceleratorConnector(
+            devices=t.devices, accelerator=t.accelerator, strategy=t.strategy, num_nodes=t.num_nodes,
+            precision=t.precision,
+        )  # fmt: skip
+    except Exception as exc:  # MisconfigurationException, ValueError, TypeError: all mean bad settings
+        message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ConfigError(f"trainer settings rejected (trainer={t.name}): {message}") from None
+    finally:
+        quiet.level = level
+
+
+def _check_gpu_present(cfg: DictConfig, accelerator: str) -> None:
     present = {"cuda": torch.cuda.is_available(), "mps": torch.backends.mps.is_available()}
     if present["cuda"] or (accelerator != "cuda" and present["mps"]):
         return
@@ -246,12 +304,21 @@ def build_summary(kind, cfg, run_dir, name, trainer, task, logger, metrics, chec
         "figures": merged["figures"],
         "history": merged["history"],
         "checkpoints": checkpoints,
+        "checkpoint_sha256": {
+            k: recorded_digest(Path(run_dir) / v) for k, v in checkpoints.items() if k != "source" and v
+        },
         "num_params": sum(p.numel() for p in task.parameters()),
         "wall_time_s": round(wall_time_s, 2),
         "wandb": wandb_info(logger, resolve_wandb_mode(cfg.logger.mode)),
         "versions": {"poslab": __version__, "torch": torch.__version__, "lightning": L.__version__},
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
+
+
+def first_line(exc: BaseException) -> str:
+    """An exception's first line, or its type's name when it has no message (a 0-byte file, say)."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def _relative(path: str | None, run_dir: Path) -> str | None:

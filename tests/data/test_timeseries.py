@@ -106,8 +106,23 @@ def test_irregular_probe_moves_index_positions_not_timestamps():
     assert torch.equal(probed["pos_future"].steps, torch.arange(keep, keep + 48))
 
 
-def test_csvfile_needs_regular_steps(tmp_path):
-    frame = pd.DataFrame({"date": ["2020-01-01 00:00", "2020-01-01 01:00", "2020-01-01 03:00"], "y": [1.0, 2.0, 3.0]})
-    frame.to_csv(tmp_path / "s.csv", index=False)
-    with pytest.raises(DataError, match="not regularly sampled"):
+HOURS = [f"2020-01-01 {h:02d}:00" for h in range(6)]
+
+
+@pytest.mark.parametrize(
+    ("dates", "y", "message"),
+    [
+        (HOURS[:2] + HOURS[3:], [1.0] * 5, r"line 4: date 2020-01-01 03:00:00 does not follow 2020-01-01 01:00:00 by"),
+        (HOURS[::-1], [1.0] * 6, r"line 3: date 2020-01-01 04:00:00 does not follow 2020-01-01 05:00:00 by the"),
+        (HOURS[:3] + HOURS[2:5], [1.0] * 6, r"line 5: date 2020-01-01 02:00:00 does not follow 2020-01-01 02:00:00"),
+        (HOURS, [1.0, 2.0, float("nan"), 4.0, 5.0, 6.0], r"line 4: column 'y' is nan \(not a number\)"),
+        (HOURS, [1.0, float("inf"), 3.0, 4.0, 5.0, 6.0], r"line 3: column 'y' is inf \(not a number\)"),
+        ([h + "+01:00" for h in HOURS], [1.0] * 6, r"line 2: date 2020-01-01 00:00:00\+01:00 carries a time zone"),
+    ],
+    ids=["a gap", "reversed", "a duplicate", "nan", "inf", "time zone"],
+)
+def test_a_bad_csv_is_one_line_naming_the_line_and_the_problem(tmp_path, dates, y, message):
+    pd.DataFrame({"date": dates, "y": y}).to_csv(tmp_path / "s.csv", index=False)
+    with pytest.raises(DataError, match=f"^{tmp_path / 's.csv'}, {message}") as caught:
         datamodule("data=csvfile", f"data.path={tmp_path / 's.csv'}")
+    assert "\n" not in str(caught.value)

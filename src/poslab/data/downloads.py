@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from poslab.errors import DataError
+from poslab.rundir import shareable
 
 
 def sha256_of(path: Path) -> str:
@@ -55,6 +56,7 @@ def fetch(urls: str | Sequence[str], path: Path, sha256: str, download: bool = T
 def _download(url: str, path: Path, sha256: str, timeout: float) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".part")
+    shareable(fd)
     try:
         digest = hashlib.sha256()
         request = urllib.request.Request(url, headers={"User-Agent": USER_AGENT})

@@ -95,6 +95,13 @@ class TimeSeriesDataModule(ResumableTraining, L.LightningDataModule):
         self.series = series
         self.values = torch.from_numpy(((values - self.mean) / self.std).astype(np.float32))
         self.times = torch.from_numpy(series.times)
+        for split in SPLITS:
+            if len(self.windows(split)) < 1:
+                first, end = self.split_range(split)
+                raise ConfigError(
+                    f"data.lookback={self.lookback} + data.horizon={self.horizon} leave no {split} window in "
+                    f"{self.cfg.path or self.cfg.name} ({len(values)} rows; {split} targets are rows {first}-{end})"
+                )
 
     def split_range(self, split: str) -> tuple[int, int]:
         """(first target index, end) of a split."""

@@ -83,18 +83,37 @@ def _read_csv(path: Path, borders_of: Callable[[int], tuple[int, int, int]]) -> 
 
     try:
         frame = pd.read_csv(path)
-        times = to_unix_seconds(pd.to_datetime(frame.pop("date")))
+        dates = pd.to_datetime(frame.pop("date"))
         values = frame.to_numpy(dtype=np.float64)
-    except (OSError, KeyError, ValueError) as exc:
-        raise DataError(f"cannot read {path} as a time series (a 'date' column and numeric columns): {exc}") from None
+    except (OSError, KeyError, ValueError, TypeError) as exc:
+        message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise DataError(
+            f"cannot read {path} as a time series (a 'date' column and numeric columns): {message}"
+        ) from None
+    # CSV line numbers: the header is line 1, the first row line 2
+    if getattr(dates.dt, "tz", None) is not None:
+        raise DataError(
+            f"{path}, line 2: date {dates.iloc[0]} carries a time zone; poslab reads "
+            "wall-clock times: write them without an offset"
+        )
     if len(values) < 3 or values.shape[1] == 0:
         raise DataError(f"{path} holds no series")
+    bad = ~np.isfinite(values)
+    if bad.any():
+        row, col = np.argwhere(bad)[0]
+        raise DataError(f"{path}, line {row + 2}: column '{frame.columns[col]}' is {values[row, col]} (not a number)")
+    times = to_unix_seconds(dates)
     borders = borders_of(len(values))
     if len(values) < borders[-1]:
         raise DataError(f"{path} has {len(values)} rows, fewer than the {borders[-1]} its split needs")
     steps = np.diff(times)
-    if (steps != steps[0]).any():
-        raise DataError(f"{path} is not regularly sampled (steps of {sorted(set(steps.tolist()))[:3]} s)")
+    odd = np.flatnonzero((steps != steps[0]) | (steps <= 0))
+    if len(odd) or steps[0] <= 0:
+        row = int(odd[0]) + 1 if len(odd) else 1
+        raise DataError(
+            f"{path}, line {row + 2}: date {dates.iloc[row]} does not follow {dates.iloc[row - 1]} by the series' "
+            f"step of {int(steps[0])} s (dates must increase at one regular step)"
+        )
     return Series(values, times, tuple(frame.columns), int(steps[0]), borders)
 
 

@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 from poslab.errors import DataError
+from poslab.rundir import shareable
 
 Arrays = tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor | None]
 
@@ -66,6 +67,7 @@ def load_mnist5k(root: Path, download: bool) -> Arrays:
 def _atomic_save_npz(path: Path, **arrays: np.ndarray) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    shareable(fd)
     try:
         with os.fdopen(fd, "wb") as fh:
             np.savez(fh, **arrays)

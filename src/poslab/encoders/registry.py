@@ -63,6 +63,10 @@ def members_of(name: str) -> list[str]:
 def encoder_class(name: str, modality: str | None = None) -> type[PositionEncoder]:
     """The class registered as ``name``; a clear error for unknown / unfit names."""
     _discover()
+    if not isinstance(name, str):
+        raise ConfigError(
+            f"encoder.name must be an encoder's name, got {name!r}; valid: {', '.join(available_encoders())}"
+        )
     if SEPARATOR in name:
         members = members_of(name)
         if len(set(members)) != len(members) or "" in members:

@@ -27,10 +27,14 @@ def adamw_one_cycle(module, optim_cfg, total_steps: int, no_decay_modules=()):
         lr=optim_cfg["lr"],
         betas=tuple(optim_cfg["betas"]),
     )
+    steps = max(2, int(total_steps))
     schedule = torch.optim.lr_scheduler.OneCycleLR(
-        optimizer,
-        max_lr=optim_cfg["lr"],
-        total_steps=max(1, int(total_steps)),
-        pct_start=optim_cfg["warmup_fraction"],
+        optimizer, max_lr=optim_cfg["lr"], total_steps=steps, pct_start=warmup_fraction(optim_cfg, steps)
     )
     return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step", "name": "train/lr"}}
+
+
+def warmup_fraction(optim_cfg, steps: int) -> float:
+    """``optim.warmup_fraction``, kept where OneCycleLR can run: each phase needs a step of its own (a
+    fraction under 1.5 / steps would give the warmup zero steps, and OneCycleLR divides by its length)."""
+    return min(max(float(optim_cfg["warmup_fraction"]), 1.5 / steps), 1 - 0.5 / steps)

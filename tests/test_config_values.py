@@ -1,0 +1,94 @@
+"""Values are checked by range as well as type, before anything is written: one line, the key, what is allowed."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from poslab.cli import main
+from poslab.config import compose
+from poslab.errors import ConfigError
+from poslab.schema import RANGES, Range
+
+BAD = [
+    ("model.dim=0", "config key 'model.dim' must be >= 1, got 0"),
+    ("model.depth=0", "config key 'model.depth' must be >= 1, got 0"),
+    ("optim.lr=-1", "config key 'optim.lr' must be > 0, got -1.0"),
+    ("optim.lr=nan", "config key 'optim.lr' must be a finite number, got nan"),
+    ("optim.lr=inf", "config key 'optim.lr' must be a finite number, got inf"),
+    ("trainer.max_epochs=-5", "config key 'trainer.max_epochs' must be >= -1, got -5"),
+    ("data.batch_size=0", "config key 'data.batch_size' must be >= 1, got 0"),
+    ("seed=-1", "config key 'seed' must be in [0, 4,294,967,295], got -1"),
+    ("seed=99999999999", "config key 'seed' must be in [0, 4,294,967,295], got 99999999999"),
+    ("optim.warmup_fraction=2", "config key 'optim.warmup_fraction' must be in [0, 1), got 2.0"),
+    ("model.dropout=2", "config key 'model.dropout' must be in [0, 1), got 2.0"),
+    ("data.image_size=0", "config key 'data.image_size' must be >= 1, got 0"),
+    ("data.patch_size=0", "config key 'data.patch_size' must be >= 1, got 0"),
+    ("data.val_size=0", "config key 'data.val_size' must be >= 1, got 0"),
+    ("trainer.val_check_interval=0", "config key 'trainer.val_check_interval' must be > 0, got 0"),
+    ("optim.betas=[0.9,1.5]", "config key 'optim.betas' must be in [0, 1), got 1.5"),
+    ("modality=", "'modality=' names no modality; valid: text, timeseries, vision"),
+    ("trainer=", "'trainer=' names no trainer; valid: cpu, ddp, gpu"),
+    ("seed=${seed}", "invalid config at 'seed': Recursive interpolation detected"),
+    ("run.name=../../x", "run.name must be one folder name (no '/', not '.' or '..', 1-120 characters), got '../../x'"),
+    ("run.name=/tmp/x", "run.name must be one folder name (no '/', not '.' or '..', 1-120 characters), got '/tmp/x'"),
+]
+
+
+@pytest.mark.parametrize(("override", "message"), BAD, ids=[b[0] for b in BAD])
+def test_a_value_out_of_range_is_one_line_before_anything_is_written(override, message, tmp_path, capsys):
+    assert main(["train", f"run.root={tmp_path}", override]) == 2
+    err = capsys.readouterr().err
+    assert err == f"poslab: error: {message}\n"
+    assert not list(tmp_path.iterdir())
+
+
+def test_ranges_name_real_keys_of_some_modality():
+    """A typo in the table would silently check nothing."""
+    from omegaconf import OmegaConf
+
+    cfgs = [compose([f"modality={m}"]) for m in ("vision", "text", "timeseries")]
+    cfgs.append(compose(["experiment=resolution"]))
+    for key in RANGES:
+        assert any(OmegaConf.select(c, key, default="<absent>") != "<absent>" for c in cfgs), key
+
+
+@pytest.mark.parametrize(
+    ("allowed", "inside", "outside", "text"),
+    [
+        (Range(1), [1, 7], [0, -3], ">= 1"),
+        (Range(0, low_open=True), [1e-9, 5], [0, -1], "> 0"),
+        (Range(0, 1, high_open=True), [0, 0.5], [1, -0.1], "in [0, 1)"),
+    ],
+)
+def test_range_bounds(allowed, inside, outside, text):
+    assert all(allowed.holds(v) for v in inside) and not any(allowed.holds(v) for v in outside)
+    assert allowed.describe() == text
+
+
+def test_short_runs_have_a_schedule(tiny):
+    """A warmup fraction of a few steps rounds to zero warmup steps, where OneCycleLR divides by zero."""
+    from poslab.train import train
+
+    summary = train(compose([*tiny, "trainer.max_epochs=1", "trainer.limit_train_batches=2"]))
+    assert summary["metrics"]["test/acc"] >= 0
+
+
+KEYS = sorted({*RANGES, "model.mlp_ratio", "data.coords", "encoder.name", "trainer.devices", "logger.mode"})
+VALUES = st.one_of(
+    st.integers(-(2**40), 2**40),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(alphabet="abc01-._/$ {}", max_size=8),
+    st.sampled_from(["null", "true", "[1,2]", "{a: 1}", "", "${seed}", "rope", "raw"]),
+)
+
+
+@settings(max_examples=150, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(modality=st.sampled_from(["vision", "text", "timeseries"]), key=st.sampled_from(KEYS), value=VALUES)
+def test_any_override_composes_or_is_one_config_error(modality, key, value):
+    """Random values for checked keys: a valid config, or a ConfigError of one line — never another exception."""
+    try:
+        compose([f"modality={modality}", f"{key}={value}"])
+    except ConfigError as exc:
+        assert "\n" not in str(exc)
