@@ -42,8 +42,8 @@ def run_cli(capsys, *argv):
         ),
         (
             ["train", "encoder=alibi"],
-            "encoder 'alibi' does not fit modality 'vision' (it fits text, timeseries); encoders for vision: "
-            + ", ".join(available_encoders("vision")),
+            "encoder 'alibi' does not fit modality 'vision' (it reads positions.steps: it fits text, timeseries); "
+            "encoders for vision: " + ", ".join(available_encoders("vision")),
         ),
         (["train", "data.batchsize=3"], "unknown config key 'data.batchsize' (did you mean 'data.batch_size'?)"),
         (["train", "model.depth=deep"], "config key 'model.depth' expects int, got 'deep'"),

@@ -120,15 +120,18 @@ def test_an_encoder_that_does_not_fit_the_modality_says_which_do(monkeypatch):
     from poslab.encoders import registry
     from poslab.encoders.base import PositionEncoder
 
-    class TextOnly(PositionEncoder):
-        modalities = ("text",)
+    class StepsOnly(PositionEncoder):
+        reads = "steps"
 
-    monkeypatch.setitem(registry._REGISTRY, "textonly", TextOnly)
-    TextOnly.name = "textonly"
+    monkeypatch.setitem(registry._REGISTRY, "stepsonly", StepsOnly)
+    StepsOnly.name = "stepsonly"
     with pytest.raises(ConfigError) as info:
-        compose(["encoder=textonly"])
+        compose(["encoder=stepsonly"])
     text = str(info.value)
-    assert "encoder 'textonly' does not fit modality 'vision' (it fits text)" in text
+    assert (
+        "encoder 'stepsonly' does not fit modality 'vision' (it reads positions.steps: it fits text, timeseries)"
+        in text
+    )
     assert "encoders for vision: " + ", ".join(available_encoders("vision")) in text
 
 

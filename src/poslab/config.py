@@ -16,6 +16,7 @@ type is a :class:`~poslab.errors.ConfigError` naming the full key.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import typing
 from pathlib import Path
@@ -45,6 +46,17 @@ def config_dir() -> Path:
     candidates += [here.parents[i] / "share" / "poslab" / "configs" for i in (3, 4)]  # <prefix>/lib/pythonX/...
     candidates.append(Path(sys.prefix) / "share" / "poslab" / "configs")
     return next((c for c in candidates if (c / "train.yaml").is_file()), candidates[0])
+
+
+def modality_positions(modality: str) -> tuple[str, ...]:
+    """The ``Positions`` fields a modality's data provides (``positions:`` in its YAML)."""
+    return _modality_positions(str(config_dir()), modality)
+
+
+@functools.cache
+def _modality_positions(folder: str, modality: str) -> tuple[str, ...]:
+    path = Path(folder) / "modality" / f"{modality}.yaml"
+    return tuple(OmegaConf.load(path).get("positions") or ()) if path.is_file() else ()
 
 
 def group_choices(group: str) -> list[str]:

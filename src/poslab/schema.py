@@ -392,6 +392,7 @@ def root_schema(modality: str, encoder: type) -> type:
         "Config",
         [
             ("modality", str, MISSING),
+            ("positions", list[str], field(default_factory=list)),  # set by the modality's YAML
             ("experiment", Optional[str], MISSING),
             ("seed", int, MISSING),
             ("expect", list[str], field(default_factory=list)),

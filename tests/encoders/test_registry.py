@@ -40,11 +40,26 @@ def test_available_encoders_are_the_registered_modules_sorted_and_filtered_by_mo
     assert len(declared) > 10
     assert available_encoders() == sorted(declared)
     assert declared == {p.stem for p in (config_dir() / "encoder").glob("*.yaml")}
-    modalities = {n: encoder_class(n).modalities for n in declared}  # None: fits every modality
-    for modality in ("text", "vision", "timeseries"):
-        fitting = [n for n in sorted(declared) if modalities[n] is None or modality in modalities[n]]
+    provided = {"text": {"steps"}, "vision": {"coords"}, "timeseries": {"steps", "times"}}  # what their data gives
+    for modality, fields in provided.items():
+        fitting = [n for n in sorted(declared) if encoder_class(n).reads in (None, *fields)]  # None: every one
         assert available_encoders(modality) == fitting, modality
     assert "rope2d" not in available_encoders("text") and "rope" not in VISION and "none" in VISION
+    assert {"cyclic", "rope", "alibi"} <= set(available_encoders("timeseries"))
+
+
+def test_an_encoder_fits_every_modality_that_provides_what_it_reads(tmp_path, monkeypatch):
+    """A new modality whose data provides steps gets every 1D encoder, with no edit to any encoder."""
+    import shutil
+
+    from poslab.config import config_dir
+
+    configs = tmp_path / "configs"
+    shutil.copytree(config_dir(), configs)
+    (configs / "modality" / "audio.yaml").write_text("positions: [steps]\n")
+    monkeypatch.setenv("POSLAB_CONFIG_DIR", str(configs))
+    assert available_encoders("audio") == [n for n in available_encoders() if encoder_class(n).reads in (None, "steps")]
+    assert "rope" in available_encoders("audio") and "sincos2d" not in available_encoders("audio")
 
 
 def test_unknown_encoder_lists_valid_names():
@@ -69,7 +84,7 @@ def test_every_encoder_follows_the_protocol(name):
     assert isinstance(enc, PositionEncoder) and enc.name == name
     assert set(enc.hooks()) <= set(HOOKS)
     cls = encoder_class(name)
-    assert cls.modalities is None or all(isinstance(m, str) for m in cls.modalities)
+    assert cls.reads is None or cls.reads in ("steps", "coords", "times")
     coords = torch.tensor([[r, c] for r in range(4) for c in range(4)], dtype=torch.float32)
     times = 1_467_331_200 + 3600 * torch.arange(16)  # hourly from 2016-07-01
     pos = Positions(steps=torch.arange(16), coords=coords, times=times)

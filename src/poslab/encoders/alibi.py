@@ -37,7 +37,6 @@ def alibi_slopes(num_heads: int) -> list[float]:
 
 @register_encoder("alibi")
 class ALiBi(PositionEncoder):
-    modalities = ("text", "timeseries")
     reads = "steps"
 
     def __init__(self, dim: int, num_heads: int, bidirectional: bool | None = None) -> None:

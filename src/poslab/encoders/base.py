@@ -40,7 +40,6 @@ class PositionEncoder(nn.Module):
     config validation):
 
     * ``name`` — registered name (set by :func:`register_encoder`).
-    * ``modalities`` — modalities it fits, or None for every modality.
     * ``reads`` — the :class:`Positions` field it reads, or None.
     * ``context_extensions`` — what :meth:`extended` supports at evaluation.
     * ``length_driven_extensions`` — those whose scale follows the length being
@@ -49,7 +48,6 @@ class PositionEncoder(nn.Module):
     """
 
     name: ClassVar[str] = ""
-    modalities: ClassVar[tuple[str, ...] | None] = None
     reads: ClassVar[str | None] = None
     #: Context extensions :meth:`extended` accepts (RoPE: linear, ntk, dynamic, yarn).
     context_extensions: ClassVar[tuple[str, ...]] = ()
@@ -114,7 +112,10 @@ class PositionEncoder(nn.Module):
 
     @classmethod
     def fits(cls, modality: str) -> bool:
-        return cls.modalities is None or modality in cls.modalities
+        """An encoder fits a modality whose data provides the field it reads (``none`` fits every one)."""
+        from poslab.config import modality_positions
+
+        return cls.reads is None or cls.reads in modality_positions(modality)
 
     def field(self, pos: Positions | torch.Tensor) -> torch.Tensor:
         """The tensor this encoder reads from ``pos``."""

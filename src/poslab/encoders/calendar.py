@@ -32,7 +32,6 @@ TABLES = {"month": 13, "day": 32, "weekday": 7, "hour": 24, "minute": 4}
 
 @register_encoder("calendar")
 class Calendar(PositionEncoder):
-    modalities = ("timeseries",)
     reads = "times"
 
     def __init__(

@@ -36,7 +36,6 @@ def cyclic_features(times: torch.Tensor, periods: list[int], harmonics: int) -> 
 
 @register_encoder("cyclic")
 class Cyclic(PositionEncoder):
-    modalities = ("timeseries",)
     reads = "times"
 
     def __init__(self, dim: int, num_heads: int, periods: list[str] | None = None, harmonics: int = 2) -> None:

@@ -23,7 +23,6 @@ class PositionOutOfRange(PoslabError):
 
 @register_encoder("learned")
 class Learned(PositionEncoder):
-    modalities = ("text", "timeseries")
     reads = "steps"
 
     def __init__(self, dim: int, num_heads: int, max_len: int | None = None, init_std: float = 0.02) -> None:

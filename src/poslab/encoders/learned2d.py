@@ -27,7 +27,6 @@ from poslab.positions import Positions, readable
 
 @register_encoder("learned2d")
 class Learned2D(PositionEncoder):
-    modalities = ("vision",)
     reads = "coords"
 
     def __init__(

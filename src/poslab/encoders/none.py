@@ -13,7 +13,6 @@ from poslab.encoders.registry import register_encoder
 
 @register_encoder("none")
 class NoPosition(PositionEncoder):
-    modalities = None  # fits every modality
     reads = None
 
     def __init__(self, dim: int, num_heads: int) -> None:

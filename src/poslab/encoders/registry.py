@@ -84,9 +84,12 @@ def encoder_class(name: str, modality: str | None = None) -> type[PositionEncode
         )
     cls = _REGISTRY[name]
     if modality is not None and not cls.fits(modality):
+        from poslab.config import group_choices
+
+        fitting = [m for m in group_choices("modality") if cls.fits(m)]
         raise ConfigError(
-            f"encoder '{name}' does not fit modality '{modality}' (it fits "
-            f"{', '.join(cls.modalities or ())}); encoders for {modality}: "
+            f"encoder '{name}' does not fit modality '{modality}' (it reads positions.{cls.reads}: it fits "
+            f"{', '.join(fitting) or 'no modality'}); encoders for {modality}: "
             f"{', '.join(available_encoders(modality))}"
         )
     return cls

@@ -18,7 +18,6 @@ from poslab.encoders.registry import register_encoder
 
 @register_encoder("relative")
 class ClippedRelative(PositionEncoder):
-    modalities = ("text", "timeseries")
     reads = "steps"
 
     def __init__(self, dim: int, num_heads: int, max_distance: int = 32) -> None:

@@ -35,7 +35,6 @@ from poslab.positions import steps_end
 
 @register_encoder("rope")
 class RoPE(PositionEncoder):
-    modalities = ("text", "timeseries")
     reads = "steps"
     context_extensions = ("linear", "ntk", "dynamic", "yarn")
     length_driven_extensions = ("dynamic",)

@@ -20,7 +20,6 @@ from poslab.errors import ConfigError
 
 @register_encoder("rope2d")
 class AxialRoPE2D(PositionEncoder):
-    modalities = ("vision",)
     reads = "coords"
 
     def __init__(self, dim: int, num_heads: int, base: float = 100.0, layout: Layout = "interleaved") -> None:

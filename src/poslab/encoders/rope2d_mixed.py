@@ -38,7 +38,6 @@ def init_mixed_frequencies(head_dim: int, num_heads: int, base: float) -> torch.
 
 @register_encoder("rope2d_mixed")
 class MixedRoPE2D(PositionEncoder):
-    modalities = ("vision",)
     reads = "coords"
 
     def __init__(self, dim: int, num_heads: int, base: float = 10.0, layout: Layout = "interleaved") -> None:

@@ -18,7 +18,6 @@ from poslab.errors import ConfigError
 
 @register_encoder("sincos2d")
 class SinCos2D(PositionEncoder):
-    modalities = ("vision",)
     reads = "coords"
 
     def __init__(self, dim: int, num_heads: int, temperature: float = 10000.0) -> None:

@@ -26,7 +26,6 @@ def sinusoidal_table(pos: torch.Tensor, dim: int, base: float = 10000.0) -> torc
 
 @register_encoder("sinusoidal")
 class Sinusoidal(PositionEncoder):
-    modalities = ("text", "timeseries")
     reads = "steps"
 
     def __init__(self, dim: int, num_heads: int, base: float = 10000.0) -> None:

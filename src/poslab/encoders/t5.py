@@ -48,7 +48,6 @@ def t5_buckets(relative: torch.Tensor, bidirectional: bool, num_buckets: int, ma
 
 @register_encoder("t5")
 class T5Bias(PositionEncoder):
-    modalities = ("text", "timeseries")
     reads = "steps"
 
     def __init__(

@@ -24,7 +24,6 @@ DAY = 86_400
 
 @register_encoder("time2vec")
 class Time2Vec(PositionEncoder):
-    modalities = ("timeseries",)
     reads = "times"
 
     def __init__(self, dim: int, num_heads: int, k: int = 16) -> None:

@@ -17,7 +17,6 @@ from poslab.timestamps import feature_count, time_features
 
 @register_encoder("timefeatures")
 class TimeFeatures(PositionEncoder):
-    modalities = ("timeseries",)
     reads = "times"
 
     def __init__(self, dim: int, num_heads: int, step_seconds: int | None = None) -> None:
