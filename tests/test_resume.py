@@ -88,13 +88,18 @@ def test_resume_last_finds_the_newest_unfinished_run_and_refuses_a_changed_confi
         resumed_config(compose(changed), changed)
 
 
-def test_resume_refuses_a_checkpoint_changed_since_it_was_saved(tiny, monkeypatch, capsys):
+def cut_at_step_2(tiny, monkeypatch) -> tuple[list[str], Path]:
+    """(overrides, run dir) of a vision run interrupted by SIGTERM at step 2."""
     overrides = [*tiny, *STEPS, "run.name=cut"]
     sigterm_at(monkeypatch, 2)
     with pytest.raises(RunInterrupted):
         train(compose(overrides))
     monkeypatch.undo()
-    run_dir = Path(next(o for o in tiny if o.startswith("run.root=")).split("=", 1)[1]) / "vision" / "cut"
+    return overrides, Path(next(o for o in tiny if o.startswith("run.root=")).split("=", 1)[1]) / "vision" / "cut"
+
+
+def test_resume_refuses_a_checkpoint_changed_since_it_was_saved(tiny, monkeypatch, capsys):
+    overrides, run_dir = cut_at_step_2(tiny, monkeypatch)
     last = run_dir / "checkpoints" / "last.ckpt"
     data = bytearray(last.read_bytes())
     data[-100] ^= 0xFF
@@ -192,11 +197,7 @@ def test_a_run_directory_in_use_is_refused_and_a_compare_skips_it(tiny, tmp_path
 
 def test_a_new_run_into_an_unfinished_runs_directory_is_refused(tiny, monkeypatch, capsys):
     """Its checkpoints would mix with the new ones (best-v1.ckpt): resume it, or remove it."""
-    overrides = [*tiny, *STEPS, "run.name=cut"]
-    sigterm_at(monkeypatch, 2)
-    with pytest.raises(RunInterrupted):
-        train(compose(overrides))
-    monkeypatch.undo()
+    overrides, _ = cut_at_step_2(tiny, monkeypatch)
     assert main(["train", *overrides]) == 2
     err = capsys.readouterr().err
     assert "holds an unfinished run's checkpoints; continue it with resume=" in err and err.count("\n") == 1

@@ -16,16 +16,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from poslab.errors import DataError
+from poslab.rundir import file_sha256 as sha256_of
 from poslab.rundir import shareable
-
-
-def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
 
 USER_AGENT = "poslab-data/1.0 (+https://pypi.org/project/poslab)"  # some mirrors refuse urllib's default
 
