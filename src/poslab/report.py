@@ -122,7 +122,12 @@ def group_runs(summaries: Iterable[dict]) -> list[Group]:
     for s in summaries:
         key = (s["modality"], s["config"].get("experiment"), s["encoder"], config_hash(s["config"], ("seed",)))
         groups.setdefault(key, Group(*key)).runs.append(s)
-    ordered = [groups[k] for k in sorted(groups, key=lambda k: (k[0], str(k[1]), k[2], k[3]))]
+
+    def order(key: tuple) -> tuple:  # by modality, experiment, encoder, variant (then config)
+        variant = groups[key].runs[0]["config"].get("variant") or ""
+        return (key[0], str(key[1]), key[2], variant, key[3])
+
+    ordered = [groups[k] for k in sorted(groups, key=order)]
     for g in ordered:
         variant = g.runs[0]["config"].get("variant")
         named = f"{g.encoder}/{variant}" if variant else g.encoder
