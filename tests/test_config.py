@@ -161,3 +161,31 @@ def test_to_dict_gives_plain_containers():
     plain = to_dict(compose(["encoder=learned2d", "encoder.grid_size=[4,4]"]))
     assert plain["encoder"]["grid_size"] == [4, 4]
     assert type(plain["data"]) is dict
+
+
+def test_a_registered_encoder_without_its_yaml_says_so(monkeypatch):
+    from poslab.encoders import registry
+    from poslab.encoders.base import PositionEncoder
+
+    class Kerple(PositionEncoder):
+        reads = "steps"
+
+    monkeypatch.setitem(registry._REGISTRY, "kerple", Kerple)
+    Kerple.name = "kerple"
+    with pytest.raises(ConfigError, match=r"encoder 'kerple' is registered but has no .*configs/encoder/kerple.yaml"):
+        compose(["modality=text", "encoder=kerple"])
+
+
+def test_a_value_error_in_an_encoders_constructor_is_one_config_error(monkeypatch):
+    from poslab.encoders import build_encoder, registry
+    from poslab.encoders.base import PositionEncoder
+
+    class Picky(PositionEncoder):
+        def __init__(self, dim: int, num_heads: int, order: int = 2) -> None:
+            super().__init__(dim, num_heads)
+            if order < 1:
+                raise ValueError(f"order must be >= 1,\n got {order}")
+
+    monkeypatch.setitem(registry._REGISTRY, "picky", Picky)
+    with pytest.raises(ConfigError, match=r"^encoder 'picky': order must be >= 1, got 0$"):
+        build_encoder("picky", dim=8, num_heads=2, order=0)

@@ -79,6 +79,14 @@ def load_yaml(path: Path) -> DictConfig:
 def load_group(group: str, choice: str) -> DictConfig:
     path = config_dir() / group / f"{choice}.yaml"
     if not path.is_file():
+        if group == "encoder":
+            from poslab.encoders import available_encoders
+
+            if choice in available_encoders():
+                raise ConfigError(
+                    f"encoder '{choice}' is registered but has no {path}; add it: 'name: {choice}' and each "
+                    "constructor option with its default (see the README, Add an encoder)"
+                )
         valid = group_choices(group)
         raise ConfigError(f"unknown {group} '{choice}'{did_you_mean(choice, valid)}; valid: {', '.join(valid)}")
     return load_yaml(path)

@@ -236,3 +236,16 @@ def test_randomized_positions_are_evaluated_sampled_by_default_and_arange_on_req
     lengths = datamodule(*base, "eval.multiples=[1,8]")
     assert next(iter(lengths.lengen_loader(8))).shape[1] == 129  # 8x windows: 128 sampled positions fit in 256
     assert torch.equal(arange.as_batch(windows)["pos"].steps, torch.arange(16))
+
+
+def test_a_failed_download_keeps_its_cause(tmp_path, monkeypatch):
+    import urllib.error
+    import urllib.request
+
+    def unreachable(*args, **kwargs):
+        raise urllib.error.URLError(OSError(-2, "Name or service not known"))
+
+    monkeypatch.setattr(urllib.request, "urlopen", unreachable)
+    with pytest.raises(DataError, match=r"cannot download https://example\.invalid/x: .*Name or service not known"):
+        fetch("https://example.invalid/x", tmp_path / "x", "0" * 64, download=True)
+    assert not list(tmp_path.iterdir())

@@ -64,9 +64,9 @@ def _download(url: str, path: Path, sha256: str, timeout: float) -> Path:
         raise
     except Exception as exc:
         Path(tmp).unlink(missing_ok=True)
-        raise DataError(
-            f"cannot download {url}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
-        ) from None
+        cause = getattr(exc, "reason", None) or exc  # URLError keeps the cause ("Name or service not known") there
+        text = " ".join(str(cause).split()) or type(exc).__name__
+        raise DataError(f"cannot download {url}: {text}") from None
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise

@@ -122,7 +122,11 @@ def build_encoder(name: str, *, dim: int, num_heads: int, **options: Any) -> Pos
             m: build_encoder(m, dim=dim, num_heads=num_heads, **(options.get(m) or {})) for m in members_of(name)
         }
         return encoder_class(name)(dim=dim, num_heads=num_heads, members=members)
-    return encoder_class(name)(dim=dim, num_heads=num_heads, **options)
+    try:
+        return encoder_class(name)(dim=dim, num_heads=num_heads, **options)
+    except (ValueError, TypeError) as exc:  # an encoder's own check of its options: one line, as a ConfigError
+        text = " ".join(str(exc).split()) or type(exc).__name__
+        raise ConfigError(f"encoder '{name}': {text}") from None
 
 
 def build_encoder_in_context(
