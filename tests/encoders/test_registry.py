@@ -103,3 +103,43 @@ def test_missing_position_field_is_a_clear_error():
     enc = build("sincos2d")
     with pytest.raises(PoslabError, match="reads positions.coords, but the data provides only steps"):
         enc.encode_input(torch.zeros(1, 4, 32), Positions(steps=torch.arange(4)))
+
+
+def _stated_positions(length: int = 16) -> Positions:
+    coords = torch.tensor([[r, c] for r in range(4) for c in range(4)], dtype=torch.float32)
+    times = 1_467_331_200 + 3600 * torch.arange(length)
+    return Positions(steps=torch.arange(length), coords=coords, times=times)
+
+
+@pytest.mark.parametrize("name", available_encoders())
+def test_every_encoder_but_none_makes_attention_see_the_token_order(name):
+    """Without positions a (bidirectional) transformer is permutation-equivariant: moving the tokens moves
+    the outputs. Every encoder must break that — with its parameters drawn at random, so a zero init passes
+    nothing — and `none` must keep it."""
+    from poslab.nn import Transformer
+
+    torch.manual_seed(0)
+    enc = build(name)
+    for p in enc.parameters():
+        torch.nn.init.normal_(p)
+    model = Transformer(enc, dim=32, depth=1, num_heads=2).eval()
+    x = torch.randn(1, 16, 32)
+    perm = torch.randperm(16)
+    pos = _stated_positions()
+    with torch.no_grad():
+        moved = model(x[:, perm], pos)
+        expected = model(x, pos)[:, perm]
+    gap = (moved - expected).abs().max().item()
+    if name == "none":
+        assert gap < 1e-5
+    else:
+        assert gap > 1e-3, f"{name} left the model blind to token order"
+
+
+@pytest.mark.parametrize("name", [n for n in available_encoders() if encoder_class(n).uses("rotate")])
+def test_every_rotation_keeps_each_vector_norm(name):
+    enc = build(name)
+    q = torch.randn(2, 2, 16, 16)
+    rotated = enc.rotate(q, _stated_positions())
+    torch.testing.assert_close(rotated.norm(dim=-1), q.norm(dim=-1), rtol=1e-5, atol=1e-5)
+    assert not torch.allclose(rotated, q)  # it did rotate
