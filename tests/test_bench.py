@@ -157,7 +157,10 @@ def test_check_fails_only_when_a_target_is_missed(monkeypatch, tmp_path):
 def test_bench_writes_one_record_per_length_and_encoder(tmp_path, capsys, monkeypatch):
     import poslab.bench
 
-    monkeypatch.setattr(poslab.bench, "peak_memory", peak_memory_child)  # in-process: fast, same numbers' shape
+    def fake_memory(name, cfg):  # memory itself is measured by the peak-memory test; here: what is recorded
+        return 10.0 + len(name) + cfg.length / 8
+
+    monkeypatch.setattr(poslab.bench, "peak_memory", fake_memory)
     out = tmp_path / "bench" / "results.json"
     args = ["--lengths", "16", "24", "--batch", "1", "--dim", "16", "--depth", "1", "--heads", "2"]
     assert main([*args, "--rounds", "1", "--steps", "1", "--out", str(out)]) == 0
@@ -166,7 +169,13 @@ def test_bench_writes_one_record_per_length_and_encoder(tmp_path, capsys, monkey
         (n, length) for length in (16, 24) for n in ["none", *[e for e in TEXT if e != "none"]]
     ]
     assert all(set(RECORD_KEYS) <= set(r) for r in records)
-    assert all(r["step_ms"] > 0 and r["peak_mem_mb"] > 0 for r in records)
+    assert all(r["step_ms"] > 0 for r in records)
+    for r in records:
+        assert r["peak_mem_mb"] == pytest.approx(
+            fake_memory(r["encoder"], replace(TINY, length=r["seq_len"])), abs=0.01
+        )
+        none = fake_memory("none", replace(TINY, length=r["seq_len"]))
+        assert r["memory_ratio"] == pytest.approx(r["peak_mem_mb"] / none, abs=0.01)
     assert all(r["time_ratio"] == 1.0 and r["memory_ratio"] == 1.0 for r in records if r["encoder"] == "none")
     assert all(r["ok"] is None for r in records)  # verdicts only at L=1024
     assert "records:" in capsys.readouterr().out and not list(out.parent.glob("*.partial"))
