@@ -69,10 +69,25 @@ def test_range_bounds(allowed, inside, outside, text):
 
 def test_short_runs_have_a_schedule(tiny):
     """A warmup fraction of a few steps rounds to zero warmup steps, where OneCycleLR divides by zero."""
+    import torch
+
+    from poslab.tasks.optim import adamw_one_cycle
     from poslab.train import train
 
     summary = train(compose([*tiny, "trainer.max_epochs=1", "trainer.limit_train_batches=2"]))
     assert summary["metrics"]["test/acc"] >= 0
+    for steps in (1, 2, 3, 10):  # the schedule runs every step, warming up and decaying, however short the run
+        module = torch.nn.Linear(2, 2)
+        schedule = adamw_one_cycle(module, {"lr": 1.0, "weight_decay": 0.0, "betas": (0.9, 0.99),
+                                            "warmup_fraction": 0.05}, steps)["lr_scheduler"]["scheduler"]  # fmt: skip
+        lrs = [schedule.get_last_lr()[0]]
+        for _ in range(max(steps, 2) - 1):
+            schedule.optimizer.step()
+            schedule.step()
+            lrs.append(schedule.get_last_lr()[0])
+        peak = lrs.index(max(lrs))
+        if steps >= 3:  # (with 1 or 2 steps it just runs)
+            assert lrs[0] < lrs[peak] <= 1.0 and lrs[-1] < lrs[peak]  # it warms up and decays
 
 
 KEYS = sorted({*RANGES, "model.mlp_ratio", "data.coords", "encoder.name", "trainer.devices", "logger.mode"})

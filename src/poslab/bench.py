@@ -48,11 +48,11 @@ class BenchConfig:
 def build(name: str, cfg: BenchConfig):
     import torch
 
-    from poslab.encoders import build_encoder_in_context, encoder_options
+    from poslab.encoders import build_encoder_in_context, encoder_defaults
     from poslab.nn.lm import CausalLM
     from poslab.positions import Positions
 
-    defaults = {k: p.default for k, p in encoder_options(name).items() if p.default is not p.empty}
+    defaults = encoder_defaults(name)
     encoder = build_encoder_in_context(
         name, dim=cfg.dim, num_heads=cfg.heads, options=defaults, context={"max_len": cfg.length}
     )

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from poslab.config import compose, config_hash, to_dict
-from poslab.errors import ConfigError, RunInterrupted
+from poslab.errors import ConfigError, RunInterrupted, first_line
 from poslab.resume import LAST_CHECKPOINT
 from poslab.rundir import RunInUse, remove_run_dir, run_in_use
 
@@ -111,7 +111,7 @@ def compare(
                 exc.exit_code - 128,
             ) from None
         except Exception as exc:  # a failing run is reported; the others go on
-            message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            message = first_line(exc)
             outcome = Outcome(encoder, seed, run_dir, "failed", time.perf_counter() - start, error=message)
             traceback.print_exc()
         outcomes.append(outcome)

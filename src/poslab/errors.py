@@ -35,6 +35,12 @@ class NonFiniteLoss(PoslabError):
     """Training produced a NaN / inf loss: the run stops there, its earlier checkpoints kept."""
 
 
+def first_line(exc: BaseException) -> str:
+    """An exception's first line, or its type's name when it has no message (a 0-byte file, say)."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
 def closest(word: str, choices: Iterable[str]) -> str | None:
     """The closest valid spelling of ``word``, or None when nothing is close."""
     matches = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.5)

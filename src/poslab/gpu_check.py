@@ -137,11 +137,11 @@ def flex_error(name: str, dtype, length: int = 512, heads: int = 8, head_dim: in
     import torch
     import torch.nn.functional as F
 
-    from poslab.encoders import build_encoder_in_context, encoder_options
+    from poslab.encoders import build_encoder_in_context, encoder_defaults
     from poslab.encoders.offsets import toeplitz_offsets
     from poslab.nn.kernels import flex
 
-    defaults = {k: p.default for k, p in encoder_options(name).items() if p.default is not p.empty}
+    defaults = encoder_defaults(name)
     encoder = build_encoder_in_context(
         name, dim=heads * head_dim, num_heads=heads, options=defaults,
         context={"max_len": length, "bidirectional": False},
@@ -174,11 +174,11 @@ def gpt2_small(name: str, sizes: Sizes, length: int, batch: int):
     """(one training step, the model) of the text model at GPT-2-small width and depth."""
     import torch
 
-    from poslab.encoders import build_encoder_in_context, encoder_options
+    from poslab.encoders import build_encoder_in_context, encoder_defaults
     from poslab.nn.lm import CausalLM
     from poslab.positions import Positions
 
-    defaults = {k: p.default for k, p in encoder_options(name).items() if p.default is not p.empty}
+    defaults = encoder_defaults(name)
     encoder = build_encoder_in_context(
         name, dim=sizes.width, num_heads=sizes.heads, options=defaults, context={"max_len": length}
     )

@@ -20,6 +20,7 @@ from urllib.parse import urlparse
 
 from matplotlib.figure import Figure
 
+from poslab.errors import first_line
 from poslab.plots import save_figure
 
 WANDB_MODES = ("online", "offline", "disabled")
@@ -109,8 +110,8 @@ def build_logger(cfg: Any, run_dir: Path, run_name: str, job_type: str = "train"
         if mode != "online":
             from poslab.errors import PoslabError
 
-            raise PoslabError(f"W&B could not start ({mode}): {_first_line(exc)}") from None
-        _online_failure = _first_line(exc)
+            raise PoslabError(f"W&B could not start ({mode}): {first_line(exc)}") from None
+        _online_failure = first_line(exc)
         import sys
 
         print(
@@ -119,11 +120,6 @@ def build_logger(cfg: Any, run_dir: Path, run_name: str, job_type: str = "train"
             file=sys.stderr,
         )
         return _start_wandb(cfg, run_dir, run_name, job_type, wandb_id, "offline")
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def _start_wandb(cfg: Any, run_dir: Path, run_name: str, job_type: str, wandb_id: str | None, mode: str):

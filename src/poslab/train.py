@@ -24,7 +24,7 @@ from omegaconf import DictConfig
 
 from poslab import __version__
 from poslab.config import recompose, to_dict
-from poslab.errors import ConfigError, NonFiniteLoss, PoslabError, RunInterrupted
+from poslab.errors import ConfigError, NonFiniteLoss, PoslabError, RunInterrupted, first_line
 from poslab.resume import LAST_CHECKPOINT, read_record, write_record
 from poslab.rundir import (
     RUN_NAME_ENV,
@@ -240,7 +240,7 @@ def _check_device_settings(cfg: DictConfig) -> None:
             precision=t.precision,
         )  # fmt: skip
     except Exception as exc:  # MisconfigurationException, ValueError, TypeError: all mean bad settings
-        message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        message = first_line(exc)
         raise ConfigError(f"trainer settings rejected (trainer={t.name}): {message}") from None
     finally:
         quiet.level = level
@@ -313,12 +313,6 @@ def build_summary(kind, cfg, run_dir, name, trainer, task, logger, metrics, chec
         "versions": {"poslab": __version__, "torch": torch.__version__, "lightning": L.__version__},
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
-
-
-def first_line(exc: BaseException) -> str:
-    """An exception's first line, or its type's name when it has no message (a 0-byte file, say)."""
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def _relative(path: str | None, run_dir: Path) -> str | None:

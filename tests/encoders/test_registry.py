@@ -14,9 +14,9 @@ VISION = available_encoders("vision")
 
 def build(name: str, dim: int = 32, num_heads: int = 2) -> PositionEncoder:
     """A registered encoder with the context a 4x4 patch grid / a 64-token context gives."""
-    from poslab.encoders import build_encoder_in_context, encoder_options
+    from poslab.encoders import build_encoder_in_context, encoder_defaults
 
-    defaults = {k: p.default for k, p in encoder_options(name).items() if p.default is not p.empty}
+    defaults = encoder_defaults(name)
     return build_encoder_in_context(
         name, dim=dim, num_heads=num_heads, options=defaults, context={"grid_size": (4, 4), "max_len": 64}
     )

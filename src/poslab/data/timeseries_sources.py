@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from poslab.data.downloads import fetch
-from poslab.errors import DataError
+from poslab.errors import DataError, first_line
 
 ETT_URL = "https://raw.githubusercontent.com/zhouhaoyi/ETDataset/main/ETT-small/{name}.csv"
 #: sha256 from HF datasets' ett dataset_infos.json (ETTh1 also in ../shared/data/README.md)
@@ -86,9 +86,8 @@ def _read_csv(path: Path, borders_of: Callable[[int], tuple[int, int, int]]) -> 
         dates = pd.to_datetime(frame.pop("date"))
         values = frame.to_numpy(dtype=np.float64)
     except (OSError, KeyError, ValueError, TypeError) as exc:
-        message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise DataError(
-            f"cannot read {path} as a time series (a 'date' column and numeric columns): {message}"
+            f"cannot read {path} as a time series (a 'date' column and numeric columns): {first_line(exc)}"
         ) from None
     # CSV line numbers: the header is line 1, the first row line 2
     if getattr(dates.dt, "tz", None) is not None:

@@ -12,6 +12,7 @@ from poslab.encoders.registry import (
     build_encoder,
     build_encoder_in_context,
     encoder_class,
+    encoder_defaults,
     encoder_options,
     register_encoder,
 )
@@ -23,6 +24,7 @@ __all__ = [
     "build_encoder",
     "build_encoder_in_context",
     "encoder_class",
+    "encoder_defaults",
     "encoder_options",
     "register_encoder",
 ]

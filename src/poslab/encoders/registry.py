@@ -129,6 +129,11 @@ def build_encoder(name: str, *, dim: int, num_heads: int, **options: Any) -> Pos
         raise ConfigError(f"encoder '{name}': {text}") from None
 
 
+def encoder_defaults(name: str) -> dict[str, Any]:
+    """The options an encoder's constructor gives a default (its YAML states the same values)."""
+    return {k: p.default for k, p in encoder_options(name).items() if p.default is not p.empty}
+
+
 def build_encoder_in_context(
     name: str, *, dim: int, num_heads: int, options: dict[str, Any], context: dict[str, Any]
 ) -> PositionEncoder:
