@@ -7,7 +7,7 @@ ENCODER  ?=
 ARGS     ?=
 CKPT     ?=
 ENCODERS ?=
-SEEDS    ?= 3
+SEEDS    ?=
 comma    := ,
 empty    :=
 space    := $(empty) $(empty)
@@ -24,7 +24,7 @@ help: ## list targets, modalities and encoders
 	@echo "targets:"
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
 	@echo
-	@echo "variables: MODALITY=$(MODALITY) ENCODER=<name> ENCODERS=\"a b\" SEEDS=$(SEEDS) ARGS=\"key=value ...\" CKPT=<path>"
+	@echo "variables: MODALITY=$(MODALITY) ENCODER=<name> ENCODERS=\"a b\" SEEDS=<n> ARGS=\"key=value ...\" CKPT=<path>"
 	@echo
 	@if [ -x $(BIN)/poslab ]; then echo "modalities and encoders (hooks they use):"; $(BIN)/poslab list | sed 's/^/  /'; \
 	else echo "(run 'make install' to list modalities and encoders)"; fi
@@ -55,8 +55,8 @@ eval: ## re-evaluate a checkpoint: CKPT=runs/vision/<run>/checkpoints/best.ckpt 
 	@if [ -z "$(CKPT)" ]; then echo "make eval needs CKPT=<path to a .ckpt>" >&2; exit 2; fi
 	$(BIN)/poslab eval ckpt=$(CKPT) $(ARGS)
 
-compare: ## every encoder x SEEDS, then a report: MODALITY=text ENCODERS="alibi rope" SEEDS=3 ARGS="experiment=..."
-	$(BIN)/poslab compare modality=$(MODALITY) $(if $(ENCODERS),encoders=[$(subst $(space),$(comma),$(strip $(ENCODERS)))]) seeds=$(SEEDS) $(ARGS)
+compare: ## every encoder x SEEDS (default: the experiment's, 3), then a report: MODALITY=text ENCODERS="alibi rope" SEEDS=3 ARGS="experiment=..."
+	$(BIN)/poslab compare modality=$(MODALITY) $(if $(ENCODERS),encoders=[$(subst $(space),$(comma),$(strip $(ENCODERS)))]) $(if $(SEEDS),seeds=$(SEEDS)) $(ARGS)
 
 report: ## Markdown + PNG report from the runs' summary.json files (DIRS="runs/text")
 	$(BIN)/poslab report $(or $(DIRS),runs)

@@ -114,3 +114,33 @@ def tiny_ts(tmp_path, weekday_csv) -> list[str]:
         "trainer.limit_val_batches=2",
         "trainer.enable_progress_bar=false",
     ]
+
+
+@pytest.fixture
+def tiny_video(tmp_path, data_root) -> list[str]:
+    """Overrides that shrink a video run to a few CPU seconds: 4 frames of a 16 px canvas, 4 px patches."""
+    return [
+        "modality=video",
+        "logger=none",
+        f"run.root={tmp_path / 'runs'}",
+        f"data.root={data_root}",
+        "data.frames=4",
+        "data.canvas=16",
+        "data.digit_size=8",
+        "data.patch_size=4",
+        "data.train_clips=128",
+        "data.val_size=32",
+        "data.test_size=32",
+        "data.batch_size=32",
+        "model.dim=32",
+        "model.depth=1",
+        "model.num_heads=2",
+        "trainer.max_epochs=1",
+        "trainer.limit_train_batches=3",
+        "trainer.enable_progress_bar=false",
+    ]
+
+
+#: The fixture shrinking each modality's run to a few CPU seconds; registry-wide tests run every modality
+#: through it (a test fails for a registered modality missing here).
+TINY = {"vision": "tiny", "text": "tiny_text", "timeseries": "tiny_ts", "video": "tiny_video"}

@@ -42,7 +42,8 @@ def run_cli(capsys, *argv):
         ),
         (
             ["train", "encoder=alibi"],
-            "encoder 'alibi' does not fit modality 'vision' (it reads positions.steps: it fits text, timeseries); "
+            "encoder 'alibi' does not fit modality 'vision' (it reads positions.steps: it fits text, timeseries, "
+            "video); "
             "encoders for vision: " + ", ".join(available_encoders("vision")),
         ),
         (["train", "data.batchsize=3"], "unknown config key 'data.batchsize' (did you mean 'data.batch_size'?)"),
@@ -86,7 +87,7 @@ def test_list_shows_encoders_and_their_hooks(capsys):
     code, out, _ = run_cli(capsys, "list")
     assert code == 0
     lines = dict(line.split(": ", 1) for line in out.strip().splitlines())
-    assert set(lines) == {"text", "timeseries", "vision"}
+    assert set(lines) == {"text", "timeseries", "video", "vision"}
     assert "rope2d (rotate)" in lines["vision"] and "sincos2d (encode_input)" in lines["vision"]
     assert "alibi (attention_bias+relative_bias)" in lines["text"] and "rope (rotate)" in lines["text"]
 

@@ -16,7 +16,8 @@ from poslab.data import build_datamodule
 from poslab.encoders import available_encoders, encoder_class
 from poslab.positions import Positions
 from poslab.tasks import build_task
-from tests.encoders.test_registry import build
+from tests.conftest import TINY
+from tests.encoders.test_registry import build, sample_positions
 
 LENGTH = 16
 
@@ -28,12 +29,8 @@ def whole(fn):
 
 
 def stated_positions() -> Positions:
-    """What a data module hands over: a 4x4 grid, hourly stamps, and the facts it states."""
-    coords = torch.tensor([[r, c] for r in range(4) for c in range(4)], dtype=torch.float32)
-    times = 1_467_331_200 + 3600 * torch.arange(LENGTH)
-    return Positions(
-        steps=torch.arange(LENGTH), coords=coords, times=times, steps_start=0, steps_end=LENGTH, coords_grid=(4, 4)
-    )
+    """What a data module hands over, with the facts it states."""
+    return sample_positions(LENGTH, facts=True)
 
 
 @pytest.mark.parametrize("name", available_encoders())
@@ -67,7 +64,7 @@ def test_a_graph_break_is_caught():
         whole(breaks)(torch.arange(4))
 
 
-MODALITIES = {"vision": "tiny", "text": "tiny_text", "timeseries": "tiny_ts"}
+MODALITIES = TINY
 
 
 def _first_modality(name: str) -> str:

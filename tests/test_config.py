@@ -93,7 +93,7 @@ def test_rope_scaling_is_set_key_by_key_from_the_command_line():
         (["data.image_size=big"], "config key 'data.image_size' expects int or null, got 'big'"),
         (["logger.mode=sometimes"], "expects one of 'auto', 'online', 'offline', 'disabled'"),
         (["data=imagenet"], "config key 'data.name' expects one of 'mnist5k', 'mnist', 'fashion_mnist', 'cifar10'"),
-        (["encoder=rope3d"], "unknown encoder 'rope3d' (did you mean 'rope2d'?); valid for vision: learned2d, none"),
+        (["encoder=rope4d"], "unknown encoder 'rope4d' (did you mean 'rope2d'?); valid for vision: learned2d, none"),
         (["logger=mlflow"], "unknown logger 'mlflow'; valid: csv, none, tensorboard, wandb"),
         (["modality=audio"], "unknown modality 'audio'"),
         (["trainer.max_epochs"], "override 'trainer.max_epochs' is not key=value"),
@@ -129,7 +129,7 @@ def test_an_encoder_that_does_not_fit_the_modality_says_which_do(monkeypatch):
         compose(["encoder=stepsonly"])
     text = str(info.value)
     assert (
-        "encoder 'stepsonly' does not fit modality 'vision' (it reads positions.steps: it fits text, timeseries)"
+        "encoder 'stepsonly' does not fit modality 'vision' (it reads positions.steps: it fits text, timeseries, video)"
         in text
     )
     assert "encoders for vision: " + ", ".join(available_encoders("vision")) in text

@@ -24,9 +24,10 @@ import torch
 from poslab.config import compose
 from poslab.data import build_datamodule
 from poslab.train import evaluate
+from tests.conftest import TINY
 
 TWO_CPU_PROCESSES = ["trainer=ddp", "trainer.accelerator=cpu", "trainer.devices=2", "trainer.precision=32-true"]
-MODALITIES = {"vision": "tiny", "text": "tiny_text", "timeseries": "tiny_ts"}
+MODALITIES = TINY
 #: Relative tolerance of DDP test metrics against one process: float32 sums taken in another order.
 TOLERANCE = 1e-5
 

@@ -19,22 +19,16 @@ from poslab.encoders import available_encoders, encoder_class
 from poslab.evaluation.similarity import position_similarity
 from poslab.positions import Positions
 from poslab.tasks import build_task
-from tests.encoders.test_registry import build
+from tests.conftest import TINY
+from tests.encoders.test_registry import build, sample_positions
 
 META = torch.device("meta")
 LENGTH = 16
 
 
 def meta_positions(facts: bool) -> Positions:
-    """What a data module hands over (4x4 grid, hourly stamps), on the meta device; with or without its facts."""
-    coords = torch.tensor([[r, c] for r in range(4) for c in range(4)], dtype=torch.float32)
-    times = 1_467_331_200 + 3600 * torch.arange(LENGTH)
-    pos = Positions(steps=torch.arange(LENGTH), coords=coords, times=times).to(META)
-    if facts:
-        pos = Positions(
-            steps=pos.steps, coords=pos.coords, times=pos.times, steps_start=0, steps_end=LENGTH, coords_grid=(4, 4)
-        )
-    return pos
+    """What a data module hands over, on the meta device; with or without its facts."""
+    return sample_positions(LENGTH, facts=facts).to(META)
 
 
 @pytest.mark.parametrize("facts", [True, False], ids=["with-facts", "bare"])
@@ -72,7 +66,7 @@ def _tiny(request, name: str) -> list[str]:
     return request.getfixturevalue(name)
 
 
-MODALITIES = {"vision": "tiny", "text": "tiny_text", "timeseries": "tiny_ts"}
+MODALITIES = TINY
 
 
 def _cases() -> list[tuple[str, str]]:

@@ -7,9 +7,9 @@ import torch
 from omegaconf import OmegaConf
 
 from poslab.config import compose, config_dir
-from poslab.data.vision import VisionDataModule, place_in_quadrants
 from poslab.errors import ConfigError
 from poslab.expectations import Expectation
+from poslab.modalities.vision.data import VisionDataModule, place_in_quadrants
 from poslab.train import train
 
 EXPERIMENTS = sorted(p.stem for p in (config_dir() / "experiment").glob("*.yaml"))

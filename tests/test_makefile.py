@@ -28,6 +28,8 @@ def test_compare_and_report_pass_their_variables():
         ".venv/bin/poslab", "compare", "modality=text", "encoders=[alibi,rope]", "seeds=2", "experiment=needle"
     ]  # fmt: skip
     assert make("-n", "report", "DIRS=runs/text runs/vision").stdout.split()[-2:] == ["runs/text", "runs/vision"]
+    # without SEEDS the experiment's compare_seeds decides
+    assert make("-n", "compare", "MODALITY=video").stdout.split() == [".venv/bin/poslab", "compare", "modality=video"]
 
 
 def test_eval_needs_a_checkpoint():

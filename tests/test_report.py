@@ -10,7 +10,9 @@ import pytest
 from poslab import report_figures
 from poslab.compare import compare, plan
 from poslab.config import compose, config_hash, to_dict
-from poslab.errors import PoslabError
+from poslab.errors import ConfigError, PoslabError
+from poslab.modalities.text import report as text_report
+from poslab.modalities.timeseries import report as timeseries_report
 from poslab.report import aggregate, build_report, find_summaries, group_runs
 
 
@@ -45,7 +47,7 @@ def test_report_tables_curves_and_missing_metrics(tmp_path):
     labels = [g.label for g in groups]
     assert labels[0] == "alibi" and len({lbl for lbl in labels if lbl.startswith("learned [")}) == 2
     assert groups[0].stat("val/loss").mean == pytest.approx(1.6) and groups[0].stat("val/loss").n == 2
-    alibi_curve = report_figures.multiples(groups[0], "lengen/loss")
+    alibi_curve = text_report.multiples(groups[0], "lengen/loss")
     assert alibi_curve == {"base": {1: pytest.approx(1.6), 2: pytest.approx(1.5)}}
     path = build_report([runs], tmp_path / "reports")
     text = path.read_text()
@@ -92,11 +94,11 @@ def test_report_draws_every_curve_the_runs_measured(tmp_path):
     assert "![training curves](vision-default-training.png)" in text
     assert "| yarn | — | 1.8000 ± 0.0000 (n=2) |" in text and "| no scaling | 1.7000" in text  # extensions table
     vision = [g for g in group_runs(find_summaries([runs / "vision"])) if g.encoder == "none"][0]
-    assert report_figures.multiples(vision, "resolution/acc") == {}
+    assert text_report.multiples(vision, "resolution/acc") == {}
     text_group = group_runs(find_summaries([runs / "text"]))[0]
-    assert report_figures.multiples(text_group, "lengen/loss") == {"base": {1: 1.7, 2: 2.5}, "yarn": {2: 1.8}}
+    assert text_report.multiples(text_group, "lengen/loss") == {"base": {1: 1.7, 2: 2.5}, "yarn": {2: 1.8}}
     series = group_runs(find_summaries([runs / "timeseries"]))
-    panels = report_figures.forecast(series).axes
+    panels = timeseries_report.forecast(series).axes
     assert [ax.get_title() for ax in panels][1:] == ["irregular-sampling probe", "beyond training (query layout)"]
     lines = {line.get_label(): list(line.get_ydata()) for line in panels[2].get_lines()}
     assert lines == {"cyclic 2x horizon": [0.1, 0.2], "cyclic 2x lookback": [0.1, 0.25]}  # 1x = test/mse
@@ -122,16 +124,26 @@ def test_grid_names_runs_by_config_hash(tmp_path):
 
 
 def test_compare_runs_the_modalitys_default_experiment_unless_one_is_given():
-    defaults = {m: plan(m, None, 1, [])[0][2] for m in ("vision", "text", "timeseries")}
+    defaults = {m: plan(m, None, 1, [])[0][2] for m in ("vision", "text", "timeseries", "video")}
     assert {m: c.experiment for m, c in defaults.items()} == {
         "vision": "resolution",
         "text": "alibi_extrapolation",
         "timeseries": "calendar",
+        "video": "motion",
     }
     assert sorted({e for e, _, _ in plan("text", None, 1, [])}) == ["alibi", "learned", "none", "rope", "sinusoidal"]
     assert plan("vision", None, 1, ["experiment=quadrant"])[0][2].experiment == "quadrant"
     plain = plan("vision", ["none"], 1, ["experiment=null"])[0][2]
     assert plain.experiment is None and list(plain.eval.image_sizes) == []
+
+
+def test_without_seeds_compare_takes_the_experiments_compare_seeds():
+    assert [seed for _, seed, _ in plan("vision", ["none"], None, [])] == [0, 1, 2]  # train.yaml: 3
+    video = plan("video", None, None, [])  # the motion experiment trains one seed per encoder
+    assert len(video) == 10 and {seed for _, seed, _ in video} == {0}
+    assert len(plan("video", ["rope3d"], 2, [])) == 2  # seeds= wins
+    with pytest.raises(ConfigError, match="seeds must be at least 1"):
+        plan("video", ["rope3d"], 0, [])
 
 
 def test_the_hash_ignores_what_only_plans_or_checks_a_run():
@@ -191,7 +203,7 @@ def test_recall_accuracy_by_depth_is_averaged_over_seeds_and_tabled(tmp_path):
         payload["tables"] = {"lengen/acc_by_depth": {"columns": ["length", "depth", "acc"], "rows": rows}}
         summary.write_text(json.dumps(payload))
     group = group_runs(find_summaries([runs]))[0]
-    assert report_figures.depth_accuracy(group) == {
+    assert text_report.depth_accuracy(group) == {
         16: {0.0: 1.0, 0.5: None},
         128: {0.0: pytest.approx(0.2), 0.5: pytest.approx(0.6)},
     }
@@ -212,7 +224,7 @@ def test_recall_depth_panels_share_every_length(tmp_path):
         rows = [[n, d, 0.5] for n in lengths for d in (0.0, 0.5)]
         payload["tables"] = {"lengen/acc_by_depth": {"columns": ["length", "depth", "acc"], "rows": rows}}
         summary.write_text(json.dumps(payload))
-    fig = report_figures.recall_depth(group_runs(find_summaries([runs])))
+    fig = text_report.recall_depth(group_runs(find_summaries([runs])))
     panels = [ax for ax in fig.axes if ax.get_title()]
     assert [ax.get_title() for ax in panels] == ["alibi", "learned"]
     fig.canvas.draw()

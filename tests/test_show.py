@@ -6,10 +6,12 @@ import json
 import math
 
 import pytest
+import torch
 
 from poslab.cli import main
 from poslab.encoders import available_encoders
 from poslab.encoders.alibi import alibi_slopes
+from poslab.modalities import available_modalities
 
 SINUSOID_GOLDEN = [  # Vaswani et al. at dim 4, positions 0..3: [sin p, cos p, sin p/100, cos p/100]
     [0.000, 1.000, 0.000, 1.000],
@@ -25,7 +27,7 @@ def show_json(capsys, *args) -> dict:
 
 
 @pytest.mark.parametrize("encoder", available_encoders("text"))
-def test_every_1d_encoder_is_drawn(encoder, tmp_path, capsys):
+def test_every_1d_encoder_is_drawn_on_text(encoder, tmp_path, capsys):
     out = tmp_path / f"{encoder}.png"
     numbers = show_json(capsys, encoder, "--length", "12", "--dim", "16", "--heads", "2", "--out", str(out))
     assert out.stat().st_size > 1000 and numbers["encoder"] == encoder and numbers["length"] == 12
@@ -68,7 +70,8 @@ def test_options_reach_the_encoder_and_bad_input_is_one_clear_line(capsys, tmp_p
     assert slow["score_vs_distance"]["score"][1] != pytest.approx(base["score_vs_distance"]["score"][1])
     for args, message in (
         (["rope", "layuot=half"], "did you mean 'encoder.layout'"),
-        (["rope2d"], "encoders for text: alibi, learned"),
+        (["rope2d", "--modality", "text"], "encoders for text: alibi, learned"),
+        (["rope", "--modality", "vidio"], "unknown modality 'vidio' (did you mean 'video'?)"),
         (["learned", "max_len=4", "--length", "8"], "max_len=4"),
         (["rope", "half"], "key=value"),
     ):
@@ -76,3 +79,60 @@ def test_options_reach_the_encoder_and_bad_input_is_one_clear_line(capsys, tmp_p
         err = capsys.readouterr().err.strip()
         assert err.startswith("poslab show: error:") and message in err and len(err.splitlines()) == 1
     assert not (tmp_path / "x.png").exists()  # nothing written for bad input
+
+
+@pytest.mark.parametrize(
+    ("modality", "encoder"), [(m, e) for m in available_modalities() for e in available_encoders(m)]
+)
+def test_every_encoder_of_every_modality_is_drawn(modality, encoder, tmp_path, capsys):
+    """On the modality's own canonical positions: an L x L position-only score, and a PNG."""
+    out = tmp_path / f"{modality}-{encoder}.png"
+    numbers = show_json(capsys, encoder, "--modality", modality, "--dim", "32", "--heads", "2", "--out", str(out))
+    assert out.stat().st_size > 1000 and numbers["modality"] == modality
+    length = numbers["length"]
+    if "similarity" in numbers:
+        assert len(numbers["similarity"]) == length and len(numbers["similarity"][0]) == length
+        scores = torch.tensor(numbers["similarity"])
+        if encoder == "none" or not numbers["learned"]:  # learned biases (T5, Shaw) start at zero
+            assert (scores.abs().max() == 0) == (encoder == "none")  # every fixed encoder shows something
+    if numbers["layout"] is not None:
+        assert math.prod(numbers["layout"]["shape"]) == length
+
+
+@pytest.mark.parametrize(("encoder", "modality"), [("sincos2d", "vision"), ("calendar", "timeseries"),
+                                                   ("rope3d", "video"), ("rope", "text")])  # fmt: skip
+def test_an_encoder_is_drawn_on_the_simplest_modality_it_fits(encoder, modality, capsys, tmp_path):
+    assert show_json(capsys, encoder, "--out", str(tmp_path / "x.png"))["modality"] == modality
+
+
+def test_vision_is_the_vit_figure_and_rope2d_scores_follow_the_2d_offset(capsys, tmp_path):
+    """A 4x4 grid of grids; for axial RoPE every patch's panel is the same map shifted by its own place."""
+    numbers = show_json(
+        capsys, "rope2d", "--length", "16", "--dim", "32", "--heads", "2", "--out", str(tmp_path / "v.png")
+    )
+    assert numbers["layout"] == {"shape": [4, 4], "axes": ["row", "col"]}
+    scores = torch.tensor(numbers["similarity"]).view(4, 4, 4, 4)  # [row_i, col_i, row_j, col_j]
+    for (ri, ci), (rj, cj) in (((0, 0), (1, 2)), ((2, 1), (3, 3)), ((1, 1), (2, 3))):
+        torch.testing.assert_close(scores[ri, ci, rj, cj], scores[0, 0, rj - ri, cj - ci], atol=1e-5, rtol=0)
+    head_dim, quarter = 16, 4  # RoPE-Axial: column and row pairs at 1/100^(4k/Dh): score = sum 2cos(...)/sqrt(Dh)
+    thetas = [100 ** (-4 * k / head_dim) for k in range(quarter)]
+    expected = sum(2 * math.cos(t * 2) + 2 * math.cos(t * 1) for t in thetas) / math.sqrt(head_dim)  # (dr, dc) = (1, 2)
+    assert scores[0, 0, 1, 2].item() == pytest.approx(expected, abs=1e-4)
+
+
+def test_time_series_shows_one_week_by_weekday_and_hour(capsys, tmp_path):
+    numbers = show_json(capsys, "cyclic", "--out", str(tmp_path / "t.png"))
+    assert numbers["layout"] == {"shape": [7, 24], "axes": ["weekday (Mon = 0)", "hour"]} and numbers["length"] == 168
+    assert numbers["reference"] == 12  # Monday 12:00
+
+
+def test_video_rope3d_scores_depend_only_on_the_space_time_offset(capsys, tmp_path):
+    numbers = show_json(
+        capsys, "rope3d", "--length", "4", "--dim", "32", "--heads", "2", "--out", str(tmp_path / "r.png")
+    )
+    assert numbers["layout"] == {"shape": [4, 4, 4], "axes": ["frame", "row", "col"]}
+    scores = torch.tensor(numbers["similarity"]).view(4, 4, 4, 4, 4, 4)
+    torch.testing.assert_close(
+        scores[1, 0, 2, 3, 2, 3], scores[0, 0, 0, 2, 2, 1], atol=1e-5, rtol=0
+    )  # offset (2, 2, 1)
+    assert scores[0, 0, 0, 1, 0, 0] != pytest.approx(scores[0, 0, 0, 0, 1, 0].item())  # time and row differ

@@ -13,6 +13,7 @@ from poslab.encoders import available_encoders
 from poslab.errors import PoslabError
 from poslab.rundir import SUMMARY_KEYS
 from poslab.train import evaluate, train
+from tests.conftest import TINY
 
 
 @pytest.mark.parametrize("encoder", available_encoders("vision"))
@@ -24,7 +25,7 @@ def test_every_vision_encoder_trains_a_few_steps(tiny, encoder):
     assert Path(summary["run_dir"], "summary.json").exists()
 
 
-@pytest.mark.parametrize("fixture", ["tiny", "tiny_text", "tiny_ts"])
+@pytest.mark.parametrize("fixture", TINY.values())
 def test_every_modality_logs_the_training_loss_per_step_as_train_loss(request, fixture):
     """One key scheme in every modality, so W&B charts line up: ``train/loss`` per step, nothing suffixed."""
     overrides = [o for o in request.getfixturevalue(fixture) if o != "logger=none"]
@@ -212,7 +213,7 @@ def test_default_recipe_reaches_the_accuracy_target(tmp_path, data_root):
 
 def test_a_nan_loss_stops_the_run_naming_the_step_and_keeps_earlier_checkpoints(tiny, monkeypatch, capsys):
     from poslab.cli import main
-    from poslab.tasks.classification import ImageClassifier
+    from poslab.modalities.vision.task import ImageClassifier
 
     original = ImageClassifier.training_step
 

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from poslab.config import compose
-from poslab.data.sequence import DEPTH_BUCKETS
 from poslab.encoders import available_encoders
+from poslab.modalities.text.sequence import DEPTH_BUCKETS
 from poslab.train import evaluate, train
 
 

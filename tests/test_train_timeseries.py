@@ -66,7 +66,7 @@ def forecaster(layout: str, **options):
     import torch
 
     from poslab.encoders import build_encoder
-    from poslab.nn.forecaster import Forecaster
+    from poslab.modalities.timeseries.model import Forecaster
 
     torch.manual_seed(0)
     encoder = build_encoder("rope", dim=16, num_heads=2, max_len=72)
@@ -112,7 +112,7 @@ def test_highway_with_revin_maps_the_normalised_window_and_is_off_for_queries():
     import torch
 
     from poslab.config import to_dict
-    from poslab.tasks.forecasting import ForecastTask
+    from poslab.modalities.timeseries.task import ForecastTask
 
     model = forecaster("patch", highway=True, revin=True, patch_len=8, stride=8)
     with torch.no_grad():
@@ -188,8 +188,8 @@ def test_relative_biases_take_the_form_of_the_models_attention(encoder):
     import torch
 
     from poslab.config import to_dict
-    from poslab.tasks.forecasting import ForecastTask
-    from poslab.tasks.language_model import LanguageModel
+    from poslab.modalities.text.task import LanguageModel
+    from poslab.modalities.timeseries.task import ForecastTask
 
     forecast_cfg = to_dict(compose(["modality=timeseries", f"encoder={encoder}"]))
     forecaster = ForecastTask(forecast_cfg, lookback=48, horizon=24, channels=1, context={})

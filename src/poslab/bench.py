@@ -49,7 +49,7 @@ def build(name: str, cfg: BenchConfig):
     import torch
 
     from poslab.encoders import build_encoder_in_context, encoder_defaults
-    from poslab.nn.lm import CausalLM
+    from poslab.modalities.text.model import CausalLM
     from poslab.positions import Positions
 
     defaults = encoder_defaults(name)

@@ -41,6 +41,9 @@ def build_parser() -> argparse.ArgumentParser:
     train = sub.add_parser("train", help="train one model (key=value overrides)")
     train.add_argument("overrides", nargs="*", metavar="key=value")
     train.add_argument("--print-config", action="store_true", help="print the resolved config and exit")
+    train.add_argument(
+        "--options", action="store_true", help="list every config key with its type, default and value, and exit"
+    )
     evaluate = sub.add_parser("eval", help="re-evaluate a checkpoint: ckpt=PATH [key=value ...]")
     evaluate.add_argument("overrides", nargs="*", metavar="key=value")
     comparing = sub.add_parser(
@@ -102,6 +105,14 @@ def _train(args: argparse.Namespace) -> int:
     if args.print_config:
         print(to_yaml(cfg), end="")
         return 0
+    if args.options:
+        from poslab.config import option_rows
+
+        rows = [("key", "type", "default", "value"), *option_rows(cfg)]
+        widths = [max(len(r[i]) for r in rows) for i in range(3)]
+        for key, kind, default, value in rows:
+            print(f"{key:<{widths[0]}}  {kind:<{widths[1]}}  {default:<{widths[2]}}  {value}")
+        return 0
     from poslab.train import train
 
     _report(train(cfg))
@@ -135,7 +146,8 @@ def _compare(args: argparse.Namespace) -> int:
     encoders = special.get("encoders")
     if isinstance(encoders, str):
         encoders = [encoders]
-    result = compare(special["modality"], encoders, int(special.get("seeds", 3)), overrides)
+    seeds = int(special["seeds"]) if "seeds" in special else None  # None: the experiment's compare_seeds
+    result = compare(special["modality"], encoders, seeds, overrides)
     return 1 if any(o.status == "failed" for o in result["outcomes"]) else 0
 
 

@@ -38,21 +38,26 @@ class Outcome:
     metrics: dict[str, float] = field(default_factory=dict)
 
 
-def plan(modality: str, encoders: list[str] | None, seeds: int, overrides: list[str]) -> list[tuple[str, int, Any]]:
+def plan(
+    modality: str, encoders: list[str] | None, seeds: int | None, overrides: list[str]
+) -> list[tuple[str, int, Any]]:
     """(label, seed, composed config) for every run of the grid, named by config hash.
+
+    ``seeds`` None: the experiment's ``compare_seeds``.
 
     The grid is encoder × variant × seed: ``compare_variants`` (name -> overrides) runs every encoder
     once per variant, labelled ``<encoder>/<variant>``; without variants the label is the encoder.
     """
     from poslab.encoders import available_encoders
 
-    if seeds < 1:
-        raise ConfigError(f"seeds must be at least 1, got {seeds}")
     base = compose([f"modality={modality}", *overrides])
     if base.compare_experiment and not any(o.startswith("experiment=") for o in overrides):
         # the modality's default comparison (sized to finish in ~20 min on 2 CPU cores)
         overrides = [f"experiment={base.compare_experiment}", *overrides]
         base = compose([f"modality={modality}", *overrides])
+    seeds = base.compare_seeds if seeds is None else seeds
+    if seeds < 1:
+        raise ConfigError(f"seeds must be at least 1, got {seeds}")
     encoders = encoders or list(base.compare_encoders) or available_encoders(modality)
     variants: dict[str | None, list[str]] = {k: list(v) for k, v in base.compare_variants.items()} or {None: []}
     grid = []
@@ -71,7 +76,7 @@ def plan(modality: str, encoders: list[str] | None, seeds: int, overrides: list[
 def compare(
     modality: str,
     encoders: list[str] | None = None,
-    seeds: int = 3,
+    seeds: int | None = None,
     overrides: list[str] | tuple[str, ...] = (),
     reports: str | Path = "reports",
     echo=print,
@@ -135,28 +140,12 @@ def compare(
 
 
 def overlay_series(groups) -> dict[str, tuple[str, str, dict[str, dict[int, float]]]]:
-    """chart key -> (title, x name, encoder -> {x: mean y}): every encoder's curve in one chart."""
-    from poslab.report_figures import HORIZON_BUCKETS, accuracy_by_size, keyed_means, multiples
+    """chart key -> (title, x name, encoder -> {x: mean y}): every encoder's curve in one chart (the
+    modality's ``overlays``)."""
+    from poslab.modalities import get_modality
 
-    charts: dict[str, tuple[str, str, dict[str, dict[int, float]]]] = {}
-    for prefix in ("lengen/loss", "lengen/acc"):
-        series = {g.label: base for g in groups if (base := multiples(g, prefix).get("base"))}
-        if series:
-            name = f"compare/{prefix.replace('/', '_')}_overlay"
-            charts[name] = (f"{prefix} vs length multiple", "multiple of the training context", series)
-    families = {
-        "compare/resolution_rescaled_overlay": ("accuracy vs image size (rescaled)", "image size (px)",
-                                                lambda g: accuracy_by_size(g, "rescaled")),
-        "compare/resolution_raw_overlay": ("accuracy vs image size (raw indices)", "image size (px)",
-                                           lambda g: accuracy_by_size(g, "raw")),
-        "compare/mse_by_horizon_overlay": ("test MSE by horizon step", "forecast step",
-                                           lambda g: keyed_means(g, HORIZON_BUCKETS)),
-    }  # fmt: skip
-    for name, (title, xname, points_of) in families.items():
-        series = {g.label: points for g in groups if (points := points_of(g))}
-        if series:
-            charts[name] = (title, xname, series)
-    return charts
+    overlays = get_modality(groups[0].modality).piece("overlays") if groups else None
+    return overlays(groups) if overlays else {}
 
 
 def log_report_run(

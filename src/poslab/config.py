@@ -246,14 +246,11 @@ def _pop_defaults(cfg: DictConfig) -> dict[str, Any]:
 def validate(cfg: DictConfig) -> DictConfig:
     """Check ``cfg`` against the schema of its modality and encoder; return it typed."""
     from poslab.encoders import encoder_class
-    from poslab.schema import MODALITY_SCHEMAS, encoder_schema, root_schema
+    from poslab.modalities import get_modality
+    from poslab.schema import encoder_schema, root_schema
 
     modality = cfg.get("modality")
-    if modality not in MODALITY_SCHEMAS:
-        valid = sorted(MODALITY_SCHEMAS)
-        raise ConfigError(
-            f"unknown modality '{modality}'{did_you_mean(str(modality), valid)}; valid: {', '.join(valid)}"
-        )
+    parts = get_modality(modality)  # an unknown modality: one line naming the valid ones
     encoder = OmegaConf.select(cfg, "encoder.name")
     encoder_class(encoder, modality)
     schema = root_schema(modality, encoder_schema(encoder))
@@ -270,17 +267,17 @@ def validate(cfg: DictConfig) -> DictConfig:
         OmegaConf.resolve(merged)
     except OmegaConfBaseException as exc:
         raise ConfigError(f"cannot resolve config key '{exc.full_key}': {exc.msg.splitlines()[0]}") from None
-    check_values(merged)
-    check = MODALITY_SCHEMAS[modality].check
-    problem = check(merged) if check else None
+    check_values(merged, parts.ranges)
+    problem = parts.check(merged) if parts.check else None
     if problem:
         raise ConfigError(problem)
     return merged
 
 
-def check_values(cfg: DictConfig) -> None:
-    """Every float finite, every key of :data:`poslab.schema.RANGES` in its range, ``run.name`` one path
-    component: one :class:`ConfigError` line naming the key, the value and what is allowed."""
+def check_values(cfg: DictConfig, ranges: dict | None = None) -> None:
+    """Every float finite, every key of :data:`poslab.schema.RANGES` and of ``ranges`` (the modality's) in
+    its range, ``run.name`` one path component: one :class:`ConfigError` line naming the key, the value and
+    what is allowed."""
     import math
 
     from poslab.schema import RANGES, RUN_NAME_MAX
@@ -297,7 +294,7 @@ def check_values(cfg: DictConfig) -> None:
     for key, value in floats(plain, ""):
         if not math.isfinite(value):
             raise ConfigError(f"config key '{key}' must be a finite number, got {value}")
-    for key, allowed in RANGES.items():
+    for key, allowed in {**RANGES, **(ranges or {})}.items():
         value = OmegaConf.select(cfg, key, default=None)
         values = [value] if value is None or isinstance(value, (str, int, float)) else list(value)
         for item in values:
@@ -387,6 +384,31 @@ def describe_type(annotation: Any) -> str:
     if dataclasses.is_dataclass(annotation):
         return "a mapping"
     return getattr(annotation, "__name__", str(annotation))
+
+
+def option_rows(cfg: DictConfig) -> list[tuple[str, str, str, str]]:
+    """``(key, type, default, value)`` for every key of ``cfg``'s schema: the options of its modality, encoder
+    and model as their schemas (derived from the constructors where they can be) declare them."""
+    from poslab.schema import encoder_schema, root_schema
+
+    schema = root_schema(cfg.modality, encoder_schema(cfg.encoder.name))
+    rows = []
+
+    def walk(node: Any, prefix: str) -> None:
+        for f in dataclasses.fields(node):
+            key = f"{prefix}{f.name}"
+            hint = _field_type(schema, key)
+            if dataclasses.is_dataclass(hint):
+                walk(hint, f"{key}.")
+                continue
+            stated = f.default is not dataclasses.MISSING and f.default != "???"  # else: the YAML's value only
+            default = repr(f.default) if stated else "—"
+            value = OmegaConf.select(cfg, key, default=None, throw_on_missing=False)
+            value = OmegaConf.to_container(value) if isinstance(value, (DictConfig, ListConfig)) else value
+            rows.append((key, describe_type(hint), default, repr(value)))
+
+    walk(schema, "")
+    return rows
 
 
 def to_yaml(cfg: DictConfig) -> str:

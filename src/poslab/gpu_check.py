@@ -175,7 +175,7 @@ def gpt2_small(name: str, sizes: Sizes, length: int, batch: int):
     import torch
 
     from poslab.encoders import build_encoder_in_context, encoder_defaults
-    from poslab.nn.lm import CausalLM
+    from poslab.modalities.text.model import CausalLM
     from poslab.positions import Positions
 
     defaults = encoder_defaults(name)

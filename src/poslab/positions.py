@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 import torch
 
 #: Field names, in the order they are documented.
-POSITION_FIELDS = ("steps", "coords", "times")
+POSITION_FIELDS = ("steps", "coords", "times", "coords3d")
 
 
 @dataclass(frozen=True)
@@ -32,6 +32,8 @@ class Positions:
     coords: ``[L, 2]`` or ``[B, L, 2]`` (row, col) patch coordinates, float,
             in units of the *training* patch grid when rescaled.
     times:  ``[L]`` or ``[B, L]`` timestamps in seconds (time series).
+    coords3d: ``[L, 3]`` or ``[B, L, 3]`` (t, row, col) of a video patch, float:
+            frame index and patch cell, in units of the *training* clip when rescaled.
 
     Facts (plain Python, optional):
 
@@ -39,6 +41,7 @@ class Positions:
                  (offset-only biases are then Toeplitz: built from 2L − 1 values).
     steps_end:   every step is below it (a table's size, a learned table's check).
     coords_grid: ``coords`` are the integer cells of this (rows, cols) grid.
+    coords3d_grid: ``coords3d`` are the integer cells of this (frames, rows, cols) grid.
     """
 
     steps: torch.Tensor | None = None
@@ -47,6 +50,8 @@ class Positions:
     steps_start: int | None = None
     steps_end: int | None = None
     coords_grid: tuple[int, int] | None = None
+    coords3d: torch.Tensor | None = None
+    coords3d_grid: tuple[int, int, int] | None = None
 
     @classmethod
     def consecutive(cls, length: int, start: int = 0, device: torch.device | str | None = None, **other) -> Positions:

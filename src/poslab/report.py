@@ -16,35 +16,6 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-#: The headline metrics of each modality, in report order (others follow when present).
-HEADLINE = {
-    "vision": ["test/acc", "val/acc_best", "test/loss"],
-    "text": [
-        "val/loss",
-        "test/loss",
-        "test/acc",
-        "lengen/loss@1x",
-        "lengen/loss@2x",
-        "lengen/loss@4x",
-        "lengen/loss@8x",
-        "lengen/acc@1x",
-        "lengen/acc@8x",
-    ],
-    "timeseries": [
-        "test/mse",
-        "test/mae",
-        "baseline/linear_mse",
-        "baseline/seasonal_naive_week_mse",
-        "probe/irregular_mse",
-        "extrap/mse@2xH",
-        "extrap/mse@2xL",
-    ],
-}
-
-
-#: Families of metrics a table shows whenever the runs report them.
-EXTRA_PREFIXES = {"vision": ("resolution/acc@",)}
-
 
 @dataclass(frozen=True)
 class Stat:
@@ -138,11 +109,13 @@ def group_runs(summaries: Iterable[dict]) -> list[Group]:
 
 
 def metric_columns(groups: Sequence[Group]) -> list[str]:
-    """Headline metrics first, then the families of :data:`EXTRA_PREFIXES` that the runs report."""
-    modality = groups[0].modality
+    """The modality's headline metrics first, then the metric families it lists as extra that the runs report."""
+    from poslab.modalities import get_modality
+
+    modality = get_modality(groups[0].modality)
     present = {k for g in groups for r in g.runs for k in r["metrics"]}
-    headline = [k for k in HEADLINE.get(modality, []) if k in present]
-    extra = sorted(k for k in present if k.startswith(EXTRA_PREFIXES.get(modality, ())))
+    headline = [k for k in modality.headline if k in present]
+    extra = sorted(k for k in present if k.startswith(modality.extra_prefixes))
     return headline + extra
 
 
@@ -165,41 +138,12 @@ def table(groups: Sequence[Group], columns: Sequence[str]) -> str:
     return "\n".join(markdown_table(["encoder", *(f"`{c}`" for c in columns), "params", "ms / step"], rows))
 
 
-def variant_tables(groups: Sequence[Group], prefix: str) -> list[str]:
-    """Per encoder with evaluation-time variants (RoPE extensions): variant x length multiple."""
-    from poslab.report_figures import multiples
+def modality_tables(modality: str, groups: Sequence[Group]) -> list[str]:
+    """The Markdown lines of the modality's own tables (``Modality.report_tables``)."""
+    from poslab.modalities import get_modality
 
-    lines = []
-    for g in groups:
-        variants = multiples(g, prefix)
-        if len(variants) < 2:
-            continue
-        lengths = sorted({m for points in variants.values() for m in points})
-        lines += [f"`{g.label}`: `{prefix}` with each extension applied at evaluation", ""]
-        rows = []
-        for variant in variants:
-            suffix = "" if variant == "base" else f"/{variant}"
-            cells = [str(s) if (s := g.stat(f"{prefix}@{m}x{suffix}")) else "—" for m in lengths]
-            rows.append(["no scaling" if variant == "base" else variant, *cells])
-        lines += [*markdown_table(["extension", *(f"{m}x" for m in lengths)], rows), ""]
-    return lines
-
-
-def depth_tables(groups: Sequence[Group]) -> list[str]:
-    """Associative recall: encoder x depth bucket of the queried pair, one table per evaluation length."""
-    from poslab.report_figures import depth_accuracy
-
-    grids = {g.label: grid for g in groups if (grid := depth_accuracy(g))}
-    lines = []
-    for length in sorted({n for grid in grids.values() for n in grid}):
-        depths = sorted({d for grid in grids.values() for d in grid.get(length, {})})
-        lines += [f"Recall accuracy by depth of the queried pair (0 = start), {length} tokens:", ""]
-        rows = [
-            [f"`{label}`", *("—" if grid.get(length, {}).get(d) is None else f"{grid[length][d]:.2f}" for d in depths)]
-            for label, grid in grids.items()
-        ]
-        lines += [*markdown_table(["encoder", *(f"{d:.1f}" for d in depths)], rows), ""]
-    return lines
+    tables = get_modality(modality).piece("report_tables")
+    return tables(groups) if tables else []
 
 
 def group_means(group: Group) -> dict[str, float]:
@@ -276,8 +220,7 @@ def build_report(paths: Iterable[str | Path], out_root: str | Path = "reports", 
             lines += [f"## {modality}" + (f" — experiment `{experiment}`" if experiment else ""), ""]
             columns = metric_columns(egroups)
             lines += [table(egroups, columns), "", "mean ± standard deviation over seeds; — = not reported.", ""]
-            lines += variant_tables(egroups, "lengen/loss")
-            lines += depth_tables(egroups)
+            lines += modality_tables(modality, egroups)
             lines += expectation_section(egroups)
             for stem, caption, fig in report_figures.figures(modality, egroups):
                 name = f"{modality}-{experiment or 'default'}-{stem}.png"

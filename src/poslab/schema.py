@@ -9,19 +9,12 @@ listed here: their schema is derived from the encoder's constructor
 
 from __future__ import annotations
 
-import inspect
-import types
-import typing
 from dataclasses import dataclass, field, make_dataclass
 from typing import Any, Literal, Optional, Union
 
 from omegaconf import MISSING
 
-from poslab.data.sequence_tasks import TASKS as SEQUENCE_TASKS
-from poslab.data.text_sources import SOURCES as TEXT_SOURCES
-from poslab.data.timeseries_sources import SOURCES as TIMESERIES_SOURCES
-from poslab.data.vision_sources import SOURCES as VISION_SOURCES
-from poslab.encoders.rope_scaling import SCALINGS
+from poslab.options import option_fields
 
 Number = Union[int, float]
 
@@ -58,16 +51,13 @@ FRACTION = Range(0, 1, high_open=True)  # [0, 1)
 #: passes where the type allows it). Checked before anything is written, as the types are.
 RANGES: dict[str, Range] = {
     "seed": Range(0, 2**32 - 1),  # what NumPy's seeding accepts
+    "compare_seeds": AT_LEAST_1,
     "run.checkpoint_every_n_steps": AT_LEAST_1,
     "model.dim": AT_LEAST_1,
     "model.depth": AT_LEAST_1,
     "model.num_heads": AT_LEAST_1,
     "model.mlp_ratio": POSITIVE,
     "model.dropout": FRACTION,
-    "model.embed_std": POSITIVE,
-    "model.patch_len": AT_LEAST_1,
-    "model.stride": AT_LEAST_1,
-    "task.label_smoothing": FRACTION,
     "optim.lr": POSITIVE,
     "optim.weight_decay": AT_LEAST_0,
     "optim.betas": FRACTION,
@@ -86,23 +76,6 @@ RANGES: dict[str, Range] = {
     "data.batch_size": AT_LEAST_1,
     "data.eval_batch_size": AT_LEAST_1,
     "data.num_workers": AT_LEAST_0,
-    "data.val_size": AT_LEAST_1,
-    "data.test_size": AT_LEAST_1,
-    "data.image_size": AT_LEAST_1,
-    "data.patch_size": AT_LEAST_1,
-    "data.augment.rotate": AT_LEAST_0,
-    "data.augment.scale": FRACTION,
-    "data.augment.translate": FRACTION,
-    "data.context": Range(2),
-    "data.eval_tokens": AT_LEAST_1,
-    "data.random_positions": AT_LEAST_1,
-    "data.symbols": AT_LEAST_1,
-    "data.eval_sequences": AT_LEAST_1,
-    "data.queries": AT_LEAST_1,
-    "data.lookback": AT_LEAST_1,
-    "data.horizon": AT_LEAST_1,
-    "eval.multiples": AT_LEAST_1,
-    "eval.image_sizes": AT_LEAST_1,
 }
 #: A run name is one path component of at most this many characters.
 RUN_NAME_MAX = 120
@@ -165,183 +138,16 @@ class OptimConfig:
 
 @dataclass
 class EvalConfig:
-    """``poslab eval``: the checkpoint to re-evaluate."""
+    """``poslab eval``: the checkpoint to re-evaluate. A modality's eval schema extends it (its probes)."""
 
     ckpt: Optional[str] = MISSING
 
 
 @dataclass
-class VisionEvalConfig(EvalConfig):
-    """End-of-run resolution probe: test accuracy at these image sizes, raw and rescaled coordinates."""
+class ModelConfig:
+    """The key every model shares; a modality's model schema extends it with its architecture."""
 
-    image_sizes: list[int] = MISSING
-
-
-Extension = Literal[tuple(k for k in SCALINGS if k != "none")]  # type: ignore[valid-type]
-
-
-@dataclass
-class TextEvalConfig(EvalConfig):
-    """End-of-run length generalisation: multiples of the context, extensions tried."""
-
-    multiples: list[int] = MISSING
-    rope_scaling: list[Extension] = MISSING  # type: ignore[valid-type]
-
-
-# -- vision -----------------------------------------------------------------
-@dataclass
-class AugmentConfig:
-    """Random affine per image (train only): rotation °, scale ±, shift as image fraction."""
-
-    enabled: bool = MISSING
-    rotate: float = MISSING
-    scale: float = MISSING
-    translate: float = MISSING
-
-
-@dataclass
-class VisionDataConfig:
-    name: Literal[tuple(VISION_SOURCES)] = MISSING  # type: ignore[valid-type]
-    root: str = MISSING
-    image_size: Optional[int] = MISSING
-    patch_size: int = MISSING
-    coords: Literal["raw", "rescaled"] = MISSING
-    batch_size: int = MISSING
-    eval_batch_size: int = MISSING
-    num_workers: int = MISSING
-    val_size: int = MISSING
-    test_size: int = MISSING
-    split_seed: int = MISSING
-    download: bool = MISSING
-    quadrant: bool = MISSING  # the quadrant task: digit in one quadrant of a 2x canvas, label = quadrant
-    augment: AugmentConfig = field(default_factory=AugmentConfig)
-
-
-@dataclass
-class ViTConfig:
     compile: bool = MISSING  # torch.compile the backbone (train.yaml)
-    dim: int = MISSING
-    depth: int = MISSING
-    num_heads: int = MISSING
-    mlp_ratio: float = MISSING
-    dropout: float = MISSING
-    pool: Literal["cls", "mean"] = MISSING
-
-
-@dataclass
-class ClassificationTaskConfig:
-    name: Literal["classification"] = MISSING
-    label_smoothing: float = MISSING
-
-
-# -- text ---------------------------------------------------------------------------
-@dataclass
-class TextDataConfig:
-    name: Literal[(*TEXT_SOURCES, *SEQUENCE_TASKS)] = MISSING  # type: ignore[valid-type]
-    root: str = MISSING
-    path: Optional[str] = MISSING
-    context: int = MISSING
-    batch_size: int = MISSING
-    eval_batch_size: int = MISSING
-    eval_tokens: int = MISSING
-    random_positions: Optional[int] = MISSING
-    random_positions_eval: Literal["sampled", "arange"] = MISSING
-    download: bool = MISSING
-    symbols: int = MISSING  # sequence tasks: alphabet size
-    eval_sequences: int = MISSING  # sequence tasks: sequences per evaluation set
-    queries: int = MISSING  # associative_recall: pairs asked per training sequence (MQAR); evaluation asks one
-
-
-@dataclass
-class TextModelConfig:
-    compile: bool = MISSING  # torch.compile the backbone (train.yaml)
-    dim: int = MISSING
-    depth: int = MISSING
-    num_heads: int = MISSING
-    mlp_ratio: float = MISSING
-    dropout: float = MISSING
-    embed_std: float = MISSING
-
-
-@dataclass
-class LMTaskConfig:
-    """``lm`` for corpora, ``sequence`` for the synthetic tasks (copy, reverse, associative_recall)."""
-
-    name: Literal["lm", "sequence"] = MISSING
-
-
-def check_text(cfg) -> str | None:
-    """The task must match the data: corpora are language modelling, synthetic data sequence tasks."""
-    wanted = "sequence" if cfg.data.name in SEQUENCE_TASKS else "lm"
-    if cfg.task.name != wanted:
-        return f"data={cfg.data.name} needs task.name={wanted} (got task.name={cfg.task.name})"
-    return None
-
-
-# -- time series ------------------------------------------------------------------
-@dataclass
-class TimeseriesDataConfig:
-    name: Literal[tuple(TIMESERIES_SOURCES)] = MISSING  # type: ignore[valid-type]
-    root: str = MISSING
-    path: Optional[str] = MISSING
-    lookback: int = MISSING
-    horizon: int = MISSING
-    features: Literal["multivariate", "univariate"] = MISSING
-    batch_size: int = MISSING
-    eval_batch_size: int = MISSING
-    download: bool = MISSING
-
-
-@dataclass
-class ForecasterConfig:
-    compile: bool = MISSING  # torch.compile the backbone (train.yaml)
-    layout: Literal["step", "patch", "query"] = MISSING
-    dim: int = MISSING
-    depth: int = MISSING
-    num_heads: int = MISSING
-    mlp_ratio: float = MISSING
-    dropout: float = MISSING
-    patch_len: int = MISSING
-    stride: int = MISSING
-    revin: bool = MISSING
-    highway: Optional[bool] = MISSING  # null: on for step / patch, off for query
-
-
-@dataclass
-class ForecastTaskConfig:
-    name: Literal["forecast"] = MISSING
-
-
-@dataclass
-class TimeseriesEvalConfig(EvalConfig):
-    """Baselines and probes at the end of a forecasting run."""
-
-    ridge: float = MISSING  # the linear baseline's ridge penalty
-    irregular_drop: float = MISSING  # fraction of past steps the irregular-sampling probe drops
-
-
-@dataclass(frozen=True)
-class ModalitySchema:
-    """The modality-specific parts of the config."""
-
-    task: type
-    data: type
-    model: type
-    eval: type = EvalConfig
-    check: Any = None  # cfg -> error message or None, for rules across keys
-
-
-MODALITY_SCHEMAS: dict[str, ModalitySchema] = {
-    "vision": ModalitySchema(
-        task=ClassificationTaskConfig, data=VisionDataConfig, model=ViTConfig, eval=VisionEvalConfig
-    ),
-    "text": ModalitySchema(
-        task=LMTaskConfig, data=TextDataConfig, model=TextModelConfig, eval=TextEvalConfig, check=check_text
-    ),
-    "timeseries": ModalitySchema(
-        task=ForecastTaskConfig, data=TimeseriesDataConfig, model=ForecasterConfig, eval=TimeseriesEvalConfig
-    ),
-}
 
 
 def encoder_schema(name: str) -> type:
@@ -366,28 +172,19 @@ def _options_schema(name: str) -> type:
 
 
 def _option_fields(name: str) -> list:
-    """(key, type, default) of an encoder's options, string annotations evaluated."""
-    from poslab.encoders import encoder_class, encoder_options
+    """(key, type, default) of an encoder's options: its constructor minus what the backbone supplies."""
+    from poslab.encoders import encoder_class
+    from poslab.encoders.registry import STRUCTURAL_ARGS
 
-    hints = typing.get_type_hints(encoder_class(name).__init__)
-    out = []
-    for key, param in encoder_options(name).items():
-        annotation = _normalise(hints.get(key, Any))
-        default = MISSING if param.default is inspect.Parameter.empty else param.default
-        out.append((key, annotation, field(default=default)))
-    return out
-
-
-def _normalise(annotation: Any) -> Any:
-    """``X | None`` (types.UnionType) -> ``typing.Union`` that OmegaConf understands."""
-    if isinstance(annotation, types.UnionType):
-        return Union[tuple(_normalise(a) for a in annotation.__args__)]
-    return annotation
+    return option_fields(encoder_class(name), supplied=STRUCTURAL_ARGS)
 
 
 def root_schema(modality: str, encoder: type) -> type:
     """The whole config's schema for one (modality, encoder) pair."""
-    parts = MODALITY_SCHEMAS[modality]
+    from poslab.modalities import get_modality
+
+    parts = get_modality(modality)
+    eval_schema = parts.eval or EvalConfig
     return make_dataclass(
         "Config",
         [
@@ -398,6 +195,7 @@ def root_schema(modality: str, encoder: type) -> type:
             ("expect", list[str], field(default_factory=list)),
             ("compare_encoders", list[str], field(default_factory=list)),
             ("compare_experiment", Optional[str], None),
+            ("compare_seeds", int, MISSING),
             ("compare_variants", dict[str, list[str]], field(default_factory=dict)),
             ("variant", Optional[str], None),
             ("resume", Optional[str], None),
@@ -409,6 +207,6 @@ def root_schema(modality: str, encoder: type) -> type:
             ("trainer", TrainerConfig, field(default_factory=TrainerConfig)),
             ("logger", LoggerConfig, field(default_factory=LoggerConfig)),
             ("run", RunConfig, field(default_factory=RunConfig)),
-            ("eval", parts.eval, field(default_factory=parts.eval)),
+            ("eval", eval_schema, field(default_factory=eval_schema)),
         ],
     )

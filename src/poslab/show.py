@@ -1,6 +1,12 @@
-"""``poslab show ENCODER``: what a 1D encoder does to positions, as numbers and one figure.
+"""``poslab show ENCODER``: what an encoder does to positions, as numbers and one figure.
 
-Per hook the encoder uses (none, one or several):
+Every modality supplies the canonical positions to draw (its ``show``
+function returns a :class:`Canvas`): text a causal sequence, vision a patch
+grid, time series one week of hourly timestamps, video frames x a patch grid.
+An encoder is drawn in the modality named by ``--modality``, by default the
+simplest one that provides the positions it reads.
+
+On a sequence, per hook the encoder uses (none, one or several):
 
 * ``encode_input`` — the positions × dimensions table it adds to the tokens
   (Vaswani et al.'s sinusoid heatmap) and the position-similarity matrix
@@ -11,52 +17,125 @@ Per hook the encoder uses (none, one or several):
 * ``attention_bias`` — the per-head ``[L, L]`` bias matrix (keys after the
   query, which the causal model never reads, are null / blank).
 
-The encoder is built from its YAML defaults plus ``key=value`` options, in its
-causal (text) form. Learned encoders are shown as initialised.
+On a grid, the position-only score of every pair of tokens
+(:func:`~poslab.evaluation.similarity.position_similarity`, whatever the
+hooks), drawn the way the ViT paper draws learned embeddings (Dosovitskiy et
+al. 2021, Fig. 7): for each patch, its score with every other patch as a small
+grid, the panels laid out on the grid itself. Larger layouts (a week of hours,
+frames x patches) show one reference token's scores against every other.
+The encoder is built from its YAML defaults plus ``key=value`` options, with
+the facts that modality's data gives it. Learned encoders are shown as initialised.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from poslab.encoders.base import PositionEncoder
+from poslab.positions import Positions
+
+#: Grids with at most this many tokens are drawn as a grid of grids (ViT Fig. 7); larger ones by one reference token.
+GRID_OF_GRIDS_MAX = 64
 
 
-def build(name: str, dim: int, heads: int, length: int, options: list[str]) -> PositionEncoder:
-    """The encoder as a ``modality=text`` run composes it (YAML defaults, then ``key=value`` options, validated:
+@dataclass(frozen=True)
+class Canvas:
+    """The positions ``poslab show`` draws an encoder at, supplied by a modality.
+
+    ``layout``: the token grid the positions lie on, in token order (None: a
+    sequence; ``(rows, cols)``; ``(frames, rows, cols)``), and ``axes`` its axis
+    names. ``context``: the options the modality's data fills in (``max_len``,
+    ``grid_size``, ``frames``, ``bidirectional``). ``reference``: the token whose
+    scores a large layout shows. ``causal``: a causal model never reads keys
+    after the query, so the figure leaves them blank.
+    """
+
+    positions: Positions
+    length: int
+    context: dict[str, Any]
+    layout: tuple[int, ...] | None = None
+    axes: tuple[str, ...] = ()
+    reference: int = 0
+    causal: bool = False
+    caption: str = ""
+
+
+def default_modality(name: str) -> str:
+    """The simplest modality an encoder fits: the one providing the fewest position fields (then by name)."""
+    from poslab.config import modality_positions
+    from poslab.encoders import encoder_class
+    from poslab.errors import ConfigError
+    from poslab.modalities import available_modalities
+
+    encoder_class(name)  # an unknown encoder: its own one-line error
+    fitting = []
+    for modality in available_modalities():
+        try:
+            encoder_class(name, modality)
+        except ConfigError:
+            continue
+        fitting.append((len(modality_positions(modality)), modality))
+    if not fitting:
+        raise ConfigError(f"encoder '{name}' fits no modality")
+    return min(fitting)[1]
+
+
+def canvas_of(modality: str, length: int | None) -> Canvas:
+    from poslab.modalities import get_modality
+
+    show = get_modality(modality).piece("show")
+    if show is None:
+        from poslab.errors import ConfigError
+
+        raise ConfigError(f"modality '{modality}' has nothing for poslab show to draw")
+    return show(length)
+
+
+def build(name: str, dim: int, heads: int, canvas: Canvas, options: list[str], modality: str) -> PositionEncoder:
+    """The encoder as a run of ``modality`` composes it (YAML defaults, then ``key=value`` options, validated:
     an unknown encoder or option is the config's own one-line error naming the choices)."""
     from poslab.config import compose, to_dict
     from poslab.encoders import build_encoder_in_context
 
-    encoder = to_dict(compose(["modality=text", f"encoder={name}", *(f"encoder.{o}" for o in options)]).encoder)
-    context = {"max_len": length, "bidirectional": False}  # the causal text model's facts
-    return build_encoder_in_context(encoder.pop("name"), dim=dim, num_heads=heads, options=encoder, context=context)
+    encoder = to_dict(compose([f"modality={modality}", f"encoder={name}", *(f"encoder.{o}" for o in options)]).encoder)
+    return build_encoder_in_context(
+        encoder.pop("name"), dim=dim, num_heads=heads, options=encoder, context=canvas.context
+    )
 
 
 nan = float("nan")
 
 
 @torch.no_grad()
-def describe(encoder: PositionEncoder, length: int) -> dict[str, Any]:
+def describe(encoder: PositionEncoder, canvas: Canvas, modality: str = "") -> dict[str, Any]:
     """The numbers behind the figure, as plain lists (``--json``)."""
     from poslab.evaluation.similarity import position_similarity
 
-    pos = torch.arange(length)
+    length, pos = canvas.length, canvas.positions
     hooks = encoder.hooks()
     out: dict[str, Any] = {
         "encoder": encoder.name,
+        "modality": modality,
         "hooks": list(hooks),
         "dim": encoder.dim,
         "heads": encoder.num_heads,
         "length": length,
         "learned": any(p.requires_grad for p in encoder.parameters()),
+        "layout": None if canvas.layout is None else {"shape": list(canvas.layout), "axes": list(canvas.axes)},
+        "reference": canvas.reference,
+        "caption": canvas.caption,
     }
+    similarity = position_similarity(encoder, pos, length)  # the run's own figure
+    if canvas.layout is not None:
+        out["similarity"] = similarity.tolist()
+        return out
     if "encode_input" in hooks or not hooks:  # none: an all-zero similarity says "nothing" in numbers
-        out["similarity"] = position_similarity(encoder, pos, length).tolist()  # the run's own figure
+        out["similarity"] = similarity.tolist()
     if "encode_input" in hooks:
         out["table"] = encoder.encode_input(torch.zeros(1, length, encoder.dim), pos)[0].float().tolist()
     if "rotate" in hooks:
@@ -66,17 +145,22 @@ def describe(encoder: PositionEncoder, length: int) -> dict[str, Any]:
         out["score_vs_distance"] = {"distance": list(range(length)), "score": score.mean(dim=(0, 1)).tolist()}
     if "attention_bias" in hooks:
         bias = encoder.attention_bias(pos, pos)
-        if bias is not None:  # the causal model never reads keys after the query: null there
-            bias = bias.float().reshape(-1, length, length).masked_fill(torch.ones(length, length).triu(1).bool(), nan)
+        if bias is not None:
+            bias = bias.float().reshape(-1, length, length)
+            if canvas.causal:  # the causal model never reads keys after the query: null there
+                bias = bias.masked_fill(torch.ones(length, length).triu(1).bool(), nan)
             out["bias"] = [[[None if math.isnan(v) else v for v in row] for row in head] for head in bias.tolist()]
     return out
 
 
 def figure(numbers: dict[str, Any]):
-    """One row of panels for what :func:`describe` measured."""
+    """One row of panels for what :func:`describe` measured on a sequence; a grid figure on a layout."""
     import numpy as np
 
     from poslab.plots import plt
+
+    if numbers.get("layout"):
+        return grid_figure(numbers)
 
     panels = []  # (title, matrix to draw, or None for the distance curve)
     if "table" in numbers:
@@ -103,10 +187,66 @@ def figure(numbers: dict[str, Any]):
         if image is not None:
             fig.colorbar(image, ax=ax, fraction=0.046)
         ax.set_title(title, fontsize=9)
-    state = "learned, shown as initialised" if numbers["learned"] else "fixed"
-    fig.suptitle(f"{numbers['encoder']} ({state}): dim {numbers['dim']}, {numbers['heads']} heads, "
-                 f"{numbers['length']} positions")  # fmt: skip
+    fig.suptitle(f"{_title(numbers)}, {numbers['length']} positions")
     fig.tight_layout()
+    return fig
+
+
+def _title(numbers: dict[str, Any]) -> str:
+    state = "learned, shown as initialised" if numbers["learned"] else "fixed"
+    return f"{numbers['encoder']} ({state}) on {numbers['modality']}: dim {numbers['dim']}, {numbers['heads']} heads"
+
+
+def grid_figure(numbers: dict[str, Any]):
+    """Position-only scores on a token grid: a grid of grids (ViT Fig. 7), or one reference token's scores."""
+    import numpy as np
+
+    from poslab.plots import plt
+
+    shape, axes_names = numbers["layout"]["shape"], numbers["layout"]["axes"]
+    scores = np.array(numbers["similarity"], dtype=float)
+    if len(shape) == 2 and numbers["length"] <= GRID_OF_GRIDS_MAX:
+        rows, cols = shape
+        fig, axes = plt.subplots(rows, cols, figsize=(0.9 * cols + 1.2, 0.9 * rows + 0.8), squeeze=False)
+        low, high = scores.min(), scores.max()
+        for index, ax in enumerate(axes.flat):
+            image = ax.imshow(scores[index].reshape(rows, cols), cmap="viridis", vmin=low, vmax=high)
+            ax.set_xticks([])
+            ax.set_yticks([])
+        fig.supxlabel(f"{axes_names[1]} of the patch", fontsize=9)
+        fig.supylabel(f"{axes_names[0]} of the patch", fontsize=9)
+        fig.colorbar(image, ax=axes.ravel().tolist(), fraction=0.03, label="position-only score")
+        fig.suptitle(f"{_title(numbers)}\neach panel: one patch's score with every patch", fontsize=9)
+        return fig
+    reference = scores[numbers["reference"]]
+    planes = reference.reshape(shape) if len(shape) == 3 else reference.reshape(1, *shape)
+    columns = 1 + min(len(planes), 4)  # the full matrix, then up to 4 planes (frames) a row
+    rows = -(-len(planes) // 4)
+    fig, axes = plt.subplots(
+        rows, columns, figsize=(2.6 * columns + 1.0, 2.6 * rows + 0.6), squeeze=False, layout="constrained"
+    )
+    image = axes[0, 0].imshow(scores, cmap="viridis")
+    axes[0, 0].set(title="score(i, j), token order", xlabel="key token j", ylabel="query token i")
+    fig.colorbar(image, ax=axes[0, 0], fraction=0.046)
+    for ax in axes[1:, 0]:
+        ax.axis("off")
+    low, high = reference.min(), reference.max()
+    for index, plane in enumerate(planes):
+        ax = axes[index // 4, 1 + index % 4]
+        image = ax.imshow(plane, cmap="viridis", vmin=low, vmax=high, aspect="auto")
+        name = f"{axes_names[0]} {index}" if len(shape) == 3 else "score with the reference token"
+        ax.set_title(name, fontsize=9)
+        ax.set_xticks(range(plane.shape[1]) if plane.shape[1] <= 8 else [])
+        ax.set_yticks(range(plane.shape[0]) if plane.shape[0] <= 8 else [])
+        if index % 4 == 0:
+            ax.set_ylabel(axes_names[-2])
+        if index // 4 == rows - 1:
+            ax.set_xlabel(axes_names[-1])
+    for ax in axes[:, 1:].flat:
+        if not ax.images:  # a last row with fewer frames
+            ax.axis("off")
+    fig.colorbar(image, ax=axes[:, 1:].ravel().tolist(), fraction=0.02, label="position-only score")
+    fig.suptitle(f"{_title(numbers)}\n{numbers['caption']}", fontsize=9)
     return fig
 
 
@@ -119,11 +259,12 @@ def main(argv: list[str] | None = None) -> int:
     from poslab.errors import PoslabError
 
     parser = argparse.ArgumentParser(prog="poslab show", description=__doc__.splitlines()[0])
-    parser.add_argument("encoder", help="a 1D encoder (poslab list text)")
+    parser.add_argument("encoder", help="any registered encoder (poslab list)")
     parser.add_argument("options", nargs="*", metavar="key=value", help="encoder options, e.g. layout=interleaved")
     parser.add_argument("--dim", type=int, default=64)
     parser.add_argument("--heads", type=int, default=4)
-    parser.add_argument("--length", type=int, default=64, help="positions drawn")
+    parser.add_argument("--length", type=int, default=None, help="positions drawn (default: the modality's own)")
+    parser.add_argument("--modality", default=None, help="draw on this modality's positions (default: the simplest)")
     parser.add_argument("--out", type=Path, default=None, help="PNG path (default: reports/show/<encoder>.png)")
     parser.add_argument("--json", action="store_true", help="print the numbers as JSON on stdout")
     args = parser.parse_intermixed_args(argv)
@@ -131,8 +272,10 @@ def main(argv: list[str] | None = None) -> int:
         malformed = [o for o in args.options if "=" not in o]
         if malformed:
             raise PoslabError(f"encoder options are key=value, got '{malformed[0]}'")
-        encoder = build(args.encoder, args.dim, args.heads, args.length, args.options)
-        numbers = describe(encoder, args.length)
+        modality = args.modality or default_modality(args.encoder)
+        canvas = canvas_of(modality, args.length)
+        encoder = build(args.encoder, args.dim, args.heads, canvas, args.options, modality)
+        numbers = describe(encoder, canvas, modality)
     except (PoslabError, ValueError) as exc:
         print(f"poslab show: error: {exc}", file=sys.stderr)
         return 2

@@ -6,9 +6,9 @@ import pytest
 import torch
 
 from poslab.config import compose
-from poslab.data.sequence_tasks import FIRST_SYMBOL, IGNORE, SEP, generate, task_size
 from poslab.errors import ConfigError
-from poslab.tasks.sequence import exact_match
+from poslab.modalities.text.sequence_task import exact_match
+from poslab.modalities.text.sequence_tasks import FIRST_SYMBOL, IGNORE, SEP, generate, task_size
 
 
 def gen(task, size, batch=4, depth=None, symbols=32):
@@ -72,7 +72,7 @@ def test_multi_query_recall_scores_every_answer_and_keeps_the_length_budget(tmp_
         assert seq[b, 14::2].tolist() == [table[q] for q in asked]
     targets = seq[:, 1:]
     assert mask.sum(1).eq(3).all() and torch.equal(targets[mask].view(8, 3), seq[:, 14::2])
-    from poslab.data.sequence import SequenceDataModule
+    from poslab.modalities.text.sequence import SequenceDataModule
 
     overrides = ["modality=text", "task.name=sequence", "data=associative_recall", "data.context=32"]
     cfg = compose([*overrides, "data.queries=4"])
@@ -88,7 +88,7 @@ def test_sequence_val_loss_weights_each_batch_by_its_scored_tokens():
     """val/loss is the mean over every scored answer token: a short last batch counts by its tokens."""
     import torch.nn.functional as F
 
-    from poslab.data.sequence import SequenceDataModule
+    from poslab.modalities.text.sequence import SequenceDataModule
     from poslab.tasks import build_task
 
     cfg = compose(["modality=text", "task.name=sequence", "data=copy", "data.context=32", "model.dim=16"])
@@ -112,7 +112,7 @@ def test_sequence_val_loss_weights_each_batch_by_its_scored_tokens():
 
 
 def _recall_module(*extra):
-    from poslab.data.sequence import SequenceDataModule
+    from poslab.modalities.text.sequence import SequenceDataModule
 
     cfg = compose(["modality=text", "task.name=sequence", "data=associative_recall", "data.context=16",
                    "data.symbols=64", "data.queries=3", *extra])  # fmt: skip
@@ -134,7 +134,7 @@ def test_recall_at_1x_is_the_longest_training_layout():
 
 
 def test_bucket_depths_fill_every_bucket_and_cycle_through_its_pairs():
-    from poslab.data.sequence import DEPTH_BUCKETS, SequenceDataModule
+    from poslab.modalities.text.sequence import DEPTH_BUCKETS, SequenceDataModule
 
     for pairs in (5, 7, 12, 61):
         index = (SequenceDataModule.bucket_depths(300, pairs) * pairs).long()
@@ -146,7 +146,7 @@ def test_bucket_depths_fill_every_bucket_and_cycle_through_its_pairs():
 @pytest.mark.parametrize("multiple", [1, 2, 4, 8])
 def test_every_depth_bucket_is_filled_at_every_length(multiple):
     """The first query's depth is spread evenly over the buckets; the other queries ask distinct pairs."""
-    from poslab.data.sequence import DEPTH_BUCKETS
+    from poslab.modalities.text.sequence import DEPTH_BUCKETS
 
     dm = _recall_module()
     items = list(dm.lengen_loader(multiple))

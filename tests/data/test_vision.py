@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from poslab.config import compose
-from poslab.data.vision import VisionDataModule, patch_coordinates, random_affine
 from poslab.errors import DataError
+from poslab.modalities.vision.data import VisionDataModule, patch_coordinates, random_affine
 
 
 @pytest.fixture
@@ -133,7 +133,7 @@ def test_missing_torchvision_files_without_download_are_a_clear_error(tmp_path):
 
 @pytest.mark.network
 def test_cifar10_downloads_and_loads(tmp_path):
-    dm = VisionDataModule(compose(["data=cifar10", f"data.root={tmp_path}"]).data)
+    dm = VisionDataModule(compose(["data=cifar10", f"data.root={tmp_path}", "data.patch_size=8"]).data)
     dm.prepare_data()
     dm.setup()
     assert dm.channels == 3 and len(dm.splits["test"]) == 10000

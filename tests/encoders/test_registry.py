@@ -7,18 +7,32 @@ import torch
 
 from poslab.encoders import HOOKS, PositionEncoder, available_encoders, build_encoder, encoder_class
 from poslab.errors import ConfigError, PoslabError
-from poslab.positions import Positions
+from poslab.positions import POSITION_FIELDS, Positions
 
 VISION = available_encoders("vision")
 
 
+#: What the data tells encoders: a 4x4 patch grid, a 64-token context, 4 frames.
+SAMPLE_CONTEXT = {"grid_size": (4, 4), "max_len": 64, "frames": 4}
+
+
 def build(name: str, dim: int = 32, num_heads: int = 2) -> PositionEncoder:
-    """A registered encoder with the context a 4x4 patch grid / a 64-token context gives."""
+    """A registered encoder with the options :data:`SAMPLE_CONTEXT` fills."""
     from poslab.encoders import build_encoder_in_context, encoder_defaults
 
     defaults = encoder_defaults(name)
-    return build_encoder_in_context(
-        name, dim=dim, num_heads=num_heads, options=defaults, context={"grid_size": (4, 4), "max_len": 64}
+    return build_encoder_in_context(name, dim=dim, num_heads=num_heads, options=defaults, context=SAMPLE_CONTEXT)
+
+
+def sample_positions(length: int = 16, facts: bool = False) -> Positions:
+    """16 tokens with every ``Positions`` field a data module may fill: steps, a 4x4 grid, hourly stamps,
+    and 4 frames of a 2x2 grid; with ``facts``, the plain-Python facts the data states too."""
+    coords = torch.tensor([[r, c] for r in range(4) for c in range(4)], dtype=torch.float32)
+    coords3d = torch.tensor([[t, r, c] for t in range(4) for r in range(2) for c in range(2)], dtype=torch.float32)
+    times = 1_467_331_200 + 3600 * torch.arange(length)  # hourly from 2016-07-01
+    stated = {"steps_start": 0, "steps_end": length, "coords_grid": (4, 4), "coords3d_grid": (4, 2, 2)}
+    return Positions(
+        steps=torch.arange(length), coords=coords, times=times, coords3d=coords3d, **(stated if facts else {})
     )
 
 
@@ -84,10 +98,8 @@ def test_every_encoder_follows_the_protocol(name):
     assert isinstance(enc, PositionEncoder) and enc.name == name
     assert set(enc.hooks()) <= set(HOOKS)
     cls = encoder_class(name)
-    assert cls.reads is None or cls.reads in ("steps", "coords", "times")
-    coords = torch.tensor([[r, c] for r in range(4) for c in range(4)], dtype=torch.float32)
-    times = 1_467_331_200 + 3600 * torch.arange(16)  # hourly from 2016-07-01
-    pos = Positions(steps=torch.arange(16), coords=coords, times=times)
+    assert cls.reads is None or cls.reads in POSITION_FIELDS
+    pos = sample_positions()
     plain = getattr(pos, cls.reads) if cls.reads else pos
     x = torch.randn(2, 16, 32)
     q = torch.randn(2, 2, 16, 16)
@@ -105,12 +117,6 @@ def test_missing_position_field_is_a_clear_error():
         enc.encode_input(torch.zeros(1, 4, 32), Positions(steps=torch.arange(4)))
 
 
-def _stated_positions(length: int = 16) -> Positions:
-    coords = torch.tensor([[r, c] for r in range(4) for c in range(4)], dtype=torch.float32)
-    times = 1_467_331_200 + 3600 * torch.arange(length)
-    return Positions(steps=torch.arange(length), coords=coords, times=times)
-
-
 @pytest.mark.parametrize("name", available_encoders())
 def test_every_encoder_but_none_makes_attention_see_the_token_order(name):
     """Without positions a (bidirectional) transformer is permutation-equivariant: moving the tokens moves
@@ -125,7 +131,7 @@ def test_every_encoder_but_none_makes_attention_see_the_token_order(name):
     model = Transformer(enc, dim=32, depth=1, num_heads=2).eval()
     x = torch.randn(1, 16, 32)
     perm = torch.randperm(16)
-    pos = _stated_positions()
+    pos = sample_positions()
     with torch.no_grad():
         moved = model(x[:, perm], pos)
         expected = model(x, pos)[:, perm]
@@ -140,6 +146,6 @@ def test_every_encoder_but_none_makes_attention_see_the_token_order(name):
 def test_every_rotation_keeps_each_vector_norm(name):
     enc = build(name)
     q = torch.randn(2, 2, 16, 16)
-    rotated = enc.rotate(q, _stated_positions())
+    rotated = enc.rotate(q, sample_positions())
     torch.testing.assert_close(rotated.norm(dim=-1), q.norm(dim=-1), rtol=1e-5, atol=1e-5)
     assert not torch.allclose(rotated, q)  # it did rotate

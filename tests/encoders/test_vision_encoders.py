@@ -82,7 +82,7 @@ def bicubic_resize(table: torch.Tensor, new_grid: tuple[int, int]) -> torch.Tens
 def test_learned2d_resamples_its_table_by_bicubic_convolution(old, new):
     """DeiT / rope-vit's resize (F.interpolate bicubic, align_corners=False, no antialias), against cubic
     convolution written out here: both the table resize and the encoder's lookup at rescaled coordinates."""
-    from poslab.data.vision import patch_coordinates
+    from poslab.modalities.vision.data import patch_coordinates
 
     torch.manual_seed(0)
     enc = build_encoder("learned2d", dim=8, num_heads=2, grid_size=old)
@@ -107,7 +107,7 @@ def test_learned2d_integer_coords_read_table_rows_exactly():
 
 
 def test_learned2d_at_rescaled_coords_equals_resampling_the_table():
-    from poslab.data.vision import patch_coordinates
+    from poslab.modalities.vision.data import patch_coordinates
 
     enc = build_encoder("learned2d", dim=8, num_heads=2, grid_size=(4, 4))
     coords = patch_coordinates((8, 8), (4, 4), "rescaled")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from poslab.evaluation.baselines import all_baselines, fit_ridge, predict_ridge, repeat_last, seasonal_naive
+from poslab.modalities.timeseries.baselines import all_baselines, fit_ridge, predict_ridge, repeat_last, seasonal_naive
 
 
 def test_repeat_last_and_seasonal_naive_on_a_hand_made_series():

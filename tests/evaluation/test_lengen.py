@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from poslab.encoders import build_encoder
-from poslab.evaluation.lengen import as_generated, evaluate_lengths, prefix_ends
+from poslab.modalities.text.lengen import as_generated, evaluate_lengths, prefix_ends
 from poslab.nn import Transformer
 from poslab.positions import Positions
 

@@ -7,7 +7,7 @@ import torch
 
 from poslab.encoders import available_encoders
 from poslab.encoders.grid import grid_coordinates
-from poslab.nn.vit import ViT
+from poslab.modalities.vision.model import ViT
 from tests.encoders.test_registry import build
 
 PATCH, GRID = 4, 4

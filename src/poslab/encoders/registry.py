@@ -15,6 +15,7 @@ from typing import Any
 
 from poslab.encoders.base import PositionEncoder
 from poslab.errors import ConfigError, did_you_mean
+from poslab.options import keyword_options
 
 _REGISTRY: dict[str, type[PositionEncoder]] = {}
 _DISCOVERED = False
@@ -104,8 +105,7 @@ def encoder_options(name: str) -> dict[str, inspect.Parameter]:
         encoder_class(name)
         kind = inspect.Parameter.KEYWORD_ONLY
         return {m: inspect.Parameter(m, kind, default=None, annotation=dict) for m in members_of(name)}
-    params = inspect.signature(encoder_class(name).__init__).parameters
-    return {k: p for k, p in params.items() if k != "self" and k not in STRUCTURAL_ARGS and p.kind is not p.VAR_KEYWORD}
+    return keyword_options(encoder_class(name), supplied=STRUCTURAL_ARGS)
 
 
 def build_encoder(name: str, *, dim: int, num_heads: int, **options: Any) -> PositionEncoder:

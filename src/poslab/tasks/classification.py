@@ -1,4 +1,8 @@
-"""Image classification: a ViT, cross-entropy, torchmetrics accuracy per stage."""
+"""Classification shared by modalities: cross-entropy, torchmetrics accuracy per stage, accuracy per class.
+
+A modality's classifier subclasses :class:`Classifier`, builds its model in
+:meth:`~Classifier.build_model` and names the batch key of its inputs.
+"""
 
 from __future__ import annotations
 
@@ -8,31 +12,20 @@ import torch
 import torch.nn.functional as F
 from torchmetrics.classification import MulticlassAccuracy
 
-from poslab.nn.vit import ViT
 from poslab.tasks.base import PositionTask
 
 
-class ImageClassifier(PositionTask):
-    """``cfg`` is the resolved config as plain containers (checkpoint-safe)."""
+class Classifier(PositionTask):
+    """``cfg`` is the resolved config as plain containers (checkpoint-safe); the data module's
+    ``model_facts()`` give ``num_classes`` and ``in_chans``."""
 
     monitor = ("val/acc", "max")
+    input_key = "image"  # the batch key the model reads
 
     def __init__(self, cfg: dict[str, Any], num_classes: int, in_chans: int, context: dict[str, Any]) -> None:
         super().__init__(cfg)
         self.save_hyperparameters()
-        model_cfg = cfg["model"]
-        self.model = ViT(
-            self.build_encoder(context),
-            in_chans=in_chans,
-            num_classes=num_classes,
-            patch_size=cfg["data"]["patch_size"],
-            dim=model_cfg["dim"],
-            depth=model_cfg["depth"],
-            num_heads=model_cfg["num_heads"],
-            mlp_ratio=model_cfg["mlp_ratio"],
-            dropout=model_cfg["dropout"],
-            pool=model_cfg["pool"],
-        )
+        self.model = self.build_model(cfg, self.build_encoder(context), num_classes, in_chans)
         self.label_smoothing = cfg["task"]["label_smoothing"]
         # One metric object per stage: their states must never mix.
         # average="micro": plain accuracy (torchmetrics defaults to the macro average).
@@ -42,11 +35,15 @@ class ImageClassifier(PositionTask):
         self.test_class_acc = MulticlassAccuracy(num_classes, average=None)
         self.per_class_accuracy: list[float] | None = None
 
+    def build_model(self, cfg: dict[str, Any], encoder, num_classes: int, in_chans: int) -> torch.nn.Module:
+        """The network: ``model(inputs, pos) -> logits``; its ``.backbone`` owns the encoder."""
+        raise NotImplementedError
+
     def forward(self, images, pos):
         return self.model(images, pos)
 
     def _step(self, batch, stage: str, metric: MulticlassAccuracy):
-        logits = self(batch["image"], batch["pos"])
+        logits = self(batch[self.input_key], batch["pos"])
         smoothing = self.label_smoothing if stage == "train" else 0.0
         loss = F.cross_entropy(logits, batch["label"], label_smoothing=smoothing)
         metric(logits, batch["label"])
@@ -81,13 +78,13 @@ class ImageClassifier(PositionTask):
         self.eval()
         right = total = 0
         for batch in batches:
-            logits = self(batch["image"].to(self.device), batch["pos"].to(self.device))
+            logits = self(batch[self.input_key].to(self.device), batch["pos"].to(self.device))
             right += (logits.argmax(-1).cpu() == batch["label"]).sum().item()
             total += batch["label"].numel()
         self.train(was_training)
         return right / total
 
     def report_callbacks(self, cfg) -> list:
-        from poslab.callbacks import PerClassAccuracy, ResolutionReport
+        from poslab.callbacks import PerClassAccuracy
 
-        return [PerClassAccuracy(), ResolutionReport(cfg)]
+        return [PerClassAccuracy()]

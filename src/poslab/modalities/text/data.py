@@ -21,13 +21,13 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-import lightning as L
 import torch
 from torch.utils.data import DataLoader, Dataset, IterableDataset
 
-from poslab.data.resumable import ResumableLoader, ResumableTraining
-from poslab.data.text_sources import SOURCES, TextSplits
+from poslab.data.base import PositionDataModule
+from poslab.data.resumable import ResumableLoader
 from poslab.errors import ConfigError, DataError
+from poslab.modalities.text.sources import SOURCES, TextSplits
 from poslab.positions import Positions
 
 
@@ -106,14 +106,12 @@ class ContiguousWindows(Dataset):
         return self.tokens[i * self.length : (i + 1) * self.length + 1]
 
 
-class TextDataModule(ResumableTraining, L.LightningDataModule):
+class TextDataModule(PositionDataModule):
     """``multiples``: the lengths the length study evaluates, as multiples of ``data.context``
     (``eval.multiples``); the held-out text is cut so that every one of them scores the same characters."""
 
     def __init__(self, cfg: Any, seed: int = 0, train_data: Any = None, multiples: Sequence[int] = (1,)) -> None:
-        super().__init__()
-        self.cfg = cfg
-        self.seed = seed
+        super().__init__(cfg, seed, train_data)
         self.context = int(cfg.context)
         #: every evaluated window length divides this, so whole windows of each length cover the same text
         self.eval_unit = self.context * math.lcm(*(int(m) for m in multiples))
@@ -121,6 +119,12 @@ class TextDataModule(ResumableTraining, L.LightningDataModule):
         self.vocab: Vocabulary | None = None
         self._steps: dict[tuple, torch.Tensor] = {}
         self._eval_rng = torch.Generator()
+
+    @classmethod
+    def from_config(cls, cfg: Any, train_cfg: dict | None = None) -> TextDataModule:
+        """The length study's lengths (``eval.multiples``) decide which held-out characters every length scores."""
+        train_data = train_cfg["data"] if train_cfg else None
+        return cls(cfg.data, seed=cfg.seed, train_data=train_data, multiples=list(cfg.eval.multiples))
 
     # -- facts for the model -------------------------------------------------------------
     @property

@@ -24,6 +24,8 @@ class CausalLM(nn.Module):
     """
 
     causal = True  # the encoder is built knowing it (a relative bias takes its causal form)
+    #: Arguments the task supplies; every other keyword argument is a ``model.*`` option (the schema derives from it).
+    SUPPLIED = ("encoder", "vocab_size")
 
     def __init__(
         self,

@@ -9,9 +9,9 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset
 
 from poslab.data.resumable import ResumableLoader
-from poslab.data.sequence_tasks import IGNORE, generate, task_size, vocab_size
-from poslab.data.text import TextDataModule
 from poslab.errors import ConfigError
+from poslab.modalities.text.data import TextDataModule
+from poslab.modalities.text.sequence_tasks import IGNORE, generate, task_size, vocab_size
 
 #: Depth buckets of the recall curve: 5, so that the needle experiment's 1x evaluation (5 pairs) fills each.
 DEPTH_BUCKETS = 5

@@ -8,7 +8,8 @@ import torch
 import torch.nn.functional as F
 from torchmetrics import MeanAbsoluteError, MeanSquaredError
 
-from poslab.nn.forecaster import Forecaster
+from poslab.modalities.timeseries.model import Forecaster
+from poslab.options import pick_options
 from poslab.positions import Positions
 from poslab.tasks.base import PositionTask
 
@@ -21,23 +22,9 @@ class ForecastTask(PositionTask):
     ) -> None:
         super().__init__(cfg)
         self.save_hyperparameters()
-        model_cfg = cfg["model"]
         encoder = self.build_encoder(context)
-        self.model = Forecaster(
-            encoder,
-            layout=model_cfg["layout"],
-            lookback=lookback,
-            horizon=horizon,
-            dim=model_cfg["dim"],
-            depth=model_cfg["depth"],
-            num_heads=model_cfg["num_heads"],
-            mlp_ratio=model_cfg["mlp_ratio"],
-            dropout=model_cfg["dropout"],
-            patch_len=model_cfg["patch_len"],
-            stride=model_cfg["stride"],
-            revin=model_cfg["revin"],
-            highway=model_cfg["highway"],
-        )
+        options = pick_options(Forecaster, cfg["model"], Forecaster.SUPPLIED)
+        self.model = Forecaster(encoder, lookback=lookback, horizon=horizon, **options)
         self.metrics = torch.nn.ModuleDict(
             {
                 f"{stage}_{name}": cls()
@@ -82,6 +69,6 @@ class ForecastTask(PositionTask):
         return torch.cat(preds), torch.cat(targets), torch.cat(times)
 
     def report_callbacks(self, cfg) -> list:
-        from poslab.callbacks import ForecastReport
+        from poslab.modalities.timeseries.callbacks import ForecastReport
 
         return [ForecastReport(cfg.eval)]

@@ -7,6 +7,8 @@ order in which the data module lists patch coordinates. The class token (when
 
 from __future__ import annotations
 
+from typing import Literal
+
 import torch
 from torch import nn
 
@@ -16,6 +18,12 @@ from poslab.positions import Positions
 
 
 class ViT(nn.Module):
+    """``model.*`` options are this constructor's keyword arguments (the schema derives from it) except
+    :data:`SUPPLIED`, which the task fills from the data."""
+
+    #: Arguments the task supplies (the encoder, sizes from the data); every other one is a ``model.*`` option.
+    SUPPLIED = ("encoder", "in_chans", "num_classes", "patch_size")
+
     def __init__(
         self,
         encoder: PositionEncoder,
@@ -28,7 +36,7 @@ class ViT(nn.Module):
         num_heads: int,
         mlp_ratio: float = 4.0,
         dropout: float = 0.0,
-        pool: str = "cls",
+        pool: Literal["cls", "mean"] = "cls",
     ) -> None:
         super().__init__()
         if pool not in ("cls", "mean"):

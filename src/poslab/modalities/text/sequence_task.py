@@ -6,9 +6,9 @@ import torch
 import torch.nn.functional as F
 from torchmetrics import MeanMetric
 
-from poslab.data.sequence import DEPTH_BUCKETS
-from poslab.data.sequence_tasks import IGNORE
-from poslab.tasks.language_model import LanguageModel
+from poslab.modalities.text.sequence import DEPTH_BUCKETS
+from poslab.modalities.text.sequence_tasks import IGNORE
+from poslab.modalities.text.task import LanguageModel
 
 
 def exact_match(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:

@@ -9,7 +9,8 @@ import torch
 import torch.nn.functional as F
 from torchmetrics import MeanMetric
 
-from poslab.nn.lm import CausalLM
+from poslab.modalities.text.model import CausalLM
+from poslab.options import pick_options
 from poslab.tasks.base import PositionTask
 
 
@@ -19,18 +20,9 @@ class LanguageModel(PositionTask):
     def __init__(self, cfg: dict[str, Any], vocab_size: int, context: dict[str, Any], vocab: str | None = None) -> None:
         super().__init__(cfg)
         self.save_hyperparameters()
-        model_cfg = cfg["model"]
         encoder = self.build_encoder(context, causal=CausalLM.causal)
-        self.model = CausalLM(
-            encoder,
-            vocab_size=vocab_size,
-            dim=model_cfg["dim"],
-            depth=model_cfg["depth"],
-            num_heads=model_cfg["num_heads"],
-            mlp_ratio=model_cfg["mlp_ratio"],
-            dropout=model_cfg["dropout"],
-            embed_std=model_cfg["embed_std"],
-        )
+        options = pick_options(CausalLM, cfg["model"], CausalLM.SUPPLIED)
+        self.model = CausalLM(encoder, vocab_size=vocab_size, **options)
         # Token-weighted mean loss per stage; bits/char and perplexity derive from it.
         self.val_loss = MeanMetric()
         self.test_loss = MeanMetric()
@@ -71,10 +63,10 @@ class LanguageModel(PositionTask):
 
     def lengen_logits(self, batch, generated: bool) -> torch.Tensor:
         """Logits of a length-study batch; ``generated``: as generation computes them (see
-        :func:`poslab.evaluation.lengen.as_generated`)."""
+        :func:`poslab.modalities.text.lengen.as_generated`)."""
         if not generated:
             return self(batch["tokens"], batch["pos"])
-        from poslab.evaluation.lengen import as_generated
+        from poslab.modalities.text.lengen import as_generated
 
         return as_generated(self, batch["tokens"], batch["pos"], self.trainer.datamodule.context)
 
@@ -94,6 +86,6 @@ class LanguageModel(PositionTask):
         return {"loss": total / count}
 
     def report_callbacks(self, cfg) -> list:
-        from poslab.callbacks import LengthGeneralization
+        from poslab.modalities.text.callbacks import LengthGeneralization
 
         return [LengthGeneralization(cfg.eval)]

@@ -12,15 +12,14 @@ import math
 from pathlib import Path
 from typing import Any
 
-import lightning as L
 import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader, TensorDataset
 
-from poslab.data.resumable import ResumableTraining
-from poslab.data.vision_sources import SOURCES, ImageSource
+from poslab.data.base import PositionDataModule
 from poslab.encoders.grid import grid_coordinates
 from poslab.errors import ConfigError
+from poslab.modalities.vision.sources import SOURCES, ImageSource
 from poslab.positions import Positions
 
 
@@ -86,7 +85,7 @@ def random_affine(images: torch.Tensor, rotate: float, scale: float, translate: 
     return F.grid_sample(images - background, grid, align_corners=False) + background
 
 
-class VisionDataModule(ResumableTraining, L.LightningDataModule):
+class VisionDataModule(PositionDataModule):
     """Image classification data with patch positions.
 
     ``train_data`` is the ``data`` config the model was trained with (``poslab
@@ -95,9 +94,7 @@ class VisionDataModule(ResumableTraining, L.LightningDataModule):
     """
 
     def __init__(self, cfg: Any, seed: int = 0, train_data: Any = None) -> None:
-        super().__init__()
-        self.cfg = cfg
-        self.seed = seed
+        super().__init__(cfg, seed, train_data)
         self.source: ImageSource = SOURCES[cfg.name]
         self.image_size = int(cfg.image_size or native_size(cfg))
         if train_data is None:

@@ -10,14 +10,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import lightning as L
 import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from poslab.data.resumable import ResumableTraining
-from poslab.data.timeseries_sources import SOURCES, Series
+from poslab.data.base import PositionDataModule
 from poslab.errors import ConfigError
+from poslab.modalities.timeseries.sources import SOURCES, Series
 from poslab.positions import Positions
 
 SPLITS = ("train", "val", "test")
@@ -49,11 +48,9 @@ def seasonal_steps(step_seconds: int) -> dict[str, int]:
     return {"day": 86_400 // step_seconds, "week": 604_800 // step_seconds}
 
 
-class TimeSeriesDataModule(ResumableTraining, L.LightningDataModule):
+class TimeSeriesDataModule(PositionDataModule):
     def __init__(self, cfg: Any, seed: int = 0, train_data: Any = None) -> None:
-        super().__init__()
-        self.cfg = cfg
-        self.seed = seed
+        super().__init__(cfg, seed, train_data)
         self.lookback, self.horizon = int(cfg.lookback), int(cfg.horizon)
         self.series: Series | None = None
         self.values: torch.Tensor | None = None

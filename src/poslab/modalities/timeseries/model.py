@@ -26,6 +26,7 @@ al. 2018): the transformer then models what a linear forecaster misses.
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Literal
 
 import torch
 from torch import nn
@@ -61,11 +62,14 @@ def query_mask(past: int, future: int, device=None) -> torch.Tensor:
 
 
 class Forecaster(nn.Module):
+    #: Arguments the task supplies; every other keyword argument is a ``model.*`` option (the schema derives from it).
+    SUPPLIED = ("encoder", "lookback", "horizon")
+
     def __init__(
         self,
         encoder: PositionEncoder,
         *,
-        layout: str,
+        layout: Literal["step", "patch", "query"],
         lookback: int,
         horizon: int,
         dim: int,

@@ -1,0 +1,130 @@
+"""``mrope``: Qwen2-VL's multimodal RoPE (M-RoPE) for video patches.
+
+Wang et al. 2024, "Qwen2-VL", §2.1 (M-RoPE): one RoPE frequency ladder
+θ_k = base^(−2k/Dh), k < Dh/2, cut into three consecutive sections
+``[t, h, w]``: the pairs of the first section rotate with the frame index, the
+next with the patch row, the last with the patch column. Reproduced from
+Hugging Face transformers ``apply_multimodal_rotary_pos_emb``
+(``models/qwen2_vl/modeling_qwen2_vl.py``: ``mrope_section * 2`` split of the
+``rotate_half`` cos / sin), so the default layout is ``half``.
+
+* ``sections``: pair counts ``[t, h, w]`` summing to Dh/2; null = Qwen2-VL's
+  proportions [1/4, 3/8, 3/8] as h = w = ⌊3·(Dh/2)/8⌋ and t the rest
+  ([16, 24, 24] at Dh 128, exactly Qwen2-VL's; [2, 3, 3] at Dh 16).
+* A text-like token (t = h = w = p) is rotated exactly as 1D RoPE at p
+  (the paper's stated property; tested).
+
+The module also holds what :mod:`poslab.encoders.videorope` shares: pairs that
+each follow one coordinate of a (possibly remapped) 3D position.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from poslab.encoders.base import PositionEncoder
+from poslab.encoders.registry import register_encoder
+from poslab.encoders.rotary import LAYOUTS, LastInputCache, Layout, apply_cos_sin, per_token_angles
+from poslab.errors import ConfigError
+
+#: Axis numbers of a ``coords3d`` row: (t, row, col).
+TIME, ROW, COL = 0, 1, 2
+
+
+def qwen2vl_sections(pairs: int) -> list[int]:
+    """Qwen2-VL's ``[t, h, w]`` = [1/4, 3/8, 3/8] of ``pairs``: h = w = ⌊3·pairs/8⌋, t takes the remainder.
+
+    Equal spatial sections keep rows and columns symmetric; at 64 pairs this is
+    Qwen2-VL's ``mrope_section`` [16, 24, 24].
+    """
+    spatial = 3 * pairs // 8
+    return [pairs - 2 * spatial, spatial, spatial]
+
+
+def split_coords3d(coords: torch.Tensor) -> torch.Tensor:
+    """Check the trailing (t, row, col) axis of ``[..., L, 3]`` positions."""
+    if coords.dim() < 2 or coords.shape[-1] != 3:
+        raise ValueError(f"video positions need a trailing (t, row, col) axis, got shape {tuple(coords.shape)}")
+    return coords
+
+
+class AxisRoPE3D(PositionEncoder):
+    """RoPE whose pair k turns by ``position[axis_of_pair[k]] · θ_k``.
+
+    Subclasses fill the ``axis_of_pair`` buffer (which of t / row / col each
+    pair follows) and may remap positions first (:meth:`positions3d`). Since
+    every angle is linear in the 3D position, scores depend only on the 3D
+    offset between two tokens.
+    """
+
+    reads = "coords3d"
+
+    def __init__(self, dim: int, num_heads: int, base: float, layout: Layout) -> None:
+        super().__init__(dim, num_heads)
+        if self.head_dim % 2:
+            raise ConfigError(f"{self.name} needs an even head dim, got {self.head_dim}")
+        if layout not in LAYOUTS:
+            raise ConfigError(f"{self.name}: unknown layout '{layout}'; valid: {', '.join(LAYOUTS)}")
+        self.base = base
+        self.layout = layout
+        self.pairs = self.head_dim // 2
+        # one shared ladder θ_k = base^(−2k/Dh), as 1D RoPE (RoFormer eq. 15)
+        inv_freq = 1.0 / base ** (torch.arange(0, self.head_dim, 2, dtype=torch.float64) / self.head_dim)
+        self.register_buffer("inv_freq", inv_freq, persistent=False)
+        self._cos_sin = LastInputCache()
+
+    def set_axes(self, axis_of_pair: list[int]) -> None:
+        self.register_buffer("axis_of_pair", torch.tensor(axis_of_pair, dtype=torch.long), persistent=False)
+
+    def positions3d(self, coords: torch.Tensor) -> torch.Tensor:
+        """The (t, row, col) each axis of pairs rotates with; here the data's own."""
+        return coords
+
+    def angles(self, coords: torch.Tensor) -> torch.Tensor:
+        """``[..., L, 3] -> [..., L, Dh/2]`` angles, float64 reduced mod 2π, returned float32 (as rotary.py)."""
+        pos = self.positions3d(split_coords3d(coords).to(torch.float64))
+        per_pair = pos.index_select(-1, self.axis_of_pair.to(pos.device))
+        return torch.remainder(per_pair * self.inv_freq.to(pos.device), 2 * math.pi).float()
+
+    def rotate(self, x, pos):
+        def cos_sin(coords):
+            angles = per_token_angles(self.angles(coords.to(x.device)))
+            return angles.cos(), angles.sin()
+
+        cos, sin = self._cos_sin.get(self.field(pos), cos_sin)
+        return apply_cos_sin(x, cos, sin, self.layout)
+
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}, base={self.base}, layout={self.layout}"
+
+
+@register_encoder("mrope")
+class MRoPE(AxisRoPE3D):
+    def __init__(
+        self,
+        dim: int,
+        num_heads: int,
+        base: float = 10000.0,
+        sections: list[int] | None = None,
+        layout: Layout = "half",
+    ) -> None:
+        super().__init__(dim, num_heads, base, layout)
+        if sections is None:
+            sections = qwen2vl_sections(self.pairs)
+            if min(sections) < 1:
+                raise ConfigError(
+                    f"mrope needs a head dim of at least 6 (one pair each for t, h, w), got {self.head_dim}"
+                )
+        sections = [int(s) for s in sections]
+        if len(sections) != 3 or min(sections) < 0 or sum(sections) != self.pairs:
+            raise ConfigError(
+                f"mrope.sections={sections} must be three pair counts [t, h, w] summing to head_dim/2 = {self.pairs}"
+            )
+        self.sections = sections
+        # Qwen2-VL §2.1 / HF mrope_section: consecutive frequency blocks for t, then h (row), then w (col)
+        self.set_axes([TIME] * sections[0] + [ROW] * sections[1] + [COL] * sections[2])
+
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}, sections={self.sections}"

@@ -1,0 +1,17 @@
+"""What ``poslab show`` draws for text: consecutive steps of the causal language model."""
+
+from __future__ import annotations
+
+from poslab.positions import Positions
+from poslab.show import Canvas
+
+
+def canvas(length: int | None) -> Canvas:
+    length = length or 64
+    return Canvas(
+        positions=Positions.consecutive(length),
+        length=length,
+        context={"max_len": length, "bidirectional": False},  # the causal text model's facts
+        causal=True,
+        caption=f"steps 0..{length - 1} of a causal model",
+    )

@@ -1,0 +1,154 @@
+"""Moving-digit clips with space-time patch positions.
+
+A token is a patch of one frame by default (``data.tubelet`` frames when
+larger: a tubelet would let the patch embedding see motion without any
+position). Tokens are listed frame-major, then row-major. Each carries its
+frame index (``steps``), its (row, col) cell (``coords``) and both together
+(``coords3d``), so 1D encoders see time, 2D encoders space, 3D encoders both.
+
+``train_data`` (evaluation on other clips) fixes the training grid: with
+``coords=rescaled`` a longer clip or a larger canvas is mapped onto the
+training range (the frame index too, in ``coords3d``); with ``raw`` positions
+run past it. ``steps`` stay raw frame indices either way.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+from poslab.data.base import PositionDataModule
+from poslab.errors import ConfigError
+from poslab.modalities.video.clips import DIRECTIONS, make_clips, resize_digits
+from poslab.modalities.vision.data import patch_coordinates
+from poslab.modalities.vision.sources import DIGITS, SOURCES, load_mnist5k
+from poslab.positions import Positions
+
+SPLITS = ("train", "val", "test")
+
+
+def clip_positions(
+    frames: int, grid: tuple[int, int], train: tuple[int, int, int] | None = None, mode: str = "raw"
+) -> Positions:
+    """Positions of ``frames`` x ``grid`` tokens, frame-major; ``train`` = the training (frames, rows, cols)."""
+    cells = patch_coordinates(grid, train[1:] if train else None, mode)  # [gh * gw, 2]
+    t = torch.arange(frames).repeat_interleave(len(cells)).float()
+    if mode == "rescaled" and train is not None and train[0] != frames:
+        t = (t + 0.5) * train[0] / frames - 0.5  # frame centres in training units, as for patch cells
+    coords = cells.repeat(frames, 1)
+    steps = torch.arange(frames).repeat_interleave(len(cells))
+    integral = mode == "raw" or train is None or tuple(train) == (frames, *grid)
+    return Positions(
+        steps=steps,
+        coords=coords,
+        coords3d=torch.cat((t[:, None], coords), dim=-1),
+        steps_end=frames,
+        coords_grid=tuple(grid) if integral else None,
+        coords3d_grid=(frames, *grid) if integral else None,
+    )
+
+
+class VideoDataModule(PositionDataModule):
+    """Clips of one moving digit; the label is its direction (8 classes) or the digit (10)."""
+
+    def __init__(self, cfg: Any, seed: int = 0, train_data: Any = None) -> None:
+        super().__init__(cfg, seed, train_data)
+        train = train_data if train_data is not None else cfg
+        self.train_frames = int(train["frames"])  # clips move this long without bouncing
+        self.tokens = self._tokens(cfg)
+        self.train_tokens = self._tokens(train)
+        frames, rows, cols = self.tokens
+        self._positions = clip_positions(frames, (rows, cols), self.train_tokens, cfg["coords"])  # made once
+        self.splits: dict[str, TensorDataset] = {}
+        self.mean, self.std = SOURCES["mnist5k"].mean[0], SOURCES["mnist5k"].std[0]
+
+    def _tokens(self, cfg: Any) -> tuple[int, int, int]:
+        """(frames, rows, cols) of tokens."""
+        if cfg["frames"] % cfg["tubelet"] or cfg["canvas"] % cfg["patch_size"]:
+            raise ConfigError(
+                f"clips of {cfg['frames']} frames x {cfg['canvas']} px do not cut into tubelets of "
+                f"{cfg['tubelet']} frames x {cfg['patch_size']} px patches"
+            )
+        cells = cfg["canvas"] // cfg["patch_size"]
+        return cfg["frames"] // cfg["tubelet"], cells, cells
+
+    # -- facts -------------------------------------------------------------------------
+    @property
+    def class_names(self) -> tuple[str, ...]:
+        return DIRECTIONS if self.cfg.label == "direction" else DIGITS
+
+    @property
+    def num_classes(self) -> int:
+        return len(self.class_names)
+
+    def positions(self) -> Positions:
+        return self._positions
+
+    def model_facts(self) -> dict[str, Any]:
+        return {"num_classes": self.num_classes, "in_chans": 1}
+
+    def context_options(self) -> dict[str, Any]:
+        """The training clip's token grid: learned tables are sized by it."""
+        frames, rows, cols = self.train_tokens
+        return {"grid_size": (rows, cols), "frames": frames, "max_len": frames}
+
+    def similarity_positions(self) -> tuple[Positions, int, None]:
+        frames, rows, cols = self.tokens
+        return self.positions(), frames * rows * cols, None
+
+    # -- Lightning hooks ---------------------------------------------------------------
+    def prepare_data(self) -> None:
+        load_mnist5k(Path(self.cfg.root), True)
+
+    def setup(self, stage: str | None = None) -> None:
+        """Make the clips of the splits ``stage`` needs (a probe on a large canvas makes only its test clips)."""
+        wanted = {"fit": ("train", "val"), "validate": ("val",), "test": ("test",)}.get(stage, SPLITS)
+        wanted = [split for split in wanted if split not in self.splits]
+        if not wanted:
+            return
+        images, digits, _, _ = load_mnist5k(Path(self.cfg.root), False)
+        order = torch.randperm(len(digits), generator=torch.Generator().manual_seed(self.cfg.split_seed))
+        images, digits = resize_digits(images[order], self.cfg.digit_size), digits[order]
+        n_test, n_val = self.cfg.test_size, self.cfg.val_size
+        if n_test + n_val >= len(digits):
+            raise ConfigError(f"data.val_size + data.test_size = {n_test + n_val} leaves no digits to train on")
+        parts = {
+            "test": slice(0, n_test),
+            "val": slice(n_test, n_test + n_val),
+            "train": slice(n_test + n_val, len(digits)),
+        }
+        for split in wanted:
+            index = SPLITS.index(split)
+            chosen, labels = images[parts[split]], digits[parts[split]]
+            if split == "train":  # more clips than digits: each digit again, with another motion
+                repeat = torch.arange(self.cfg.train_clips) % len(labels)
+                chosen, labels = chosen[repeat], labels[repeat]
+            clips, directions = make_clips(
+                chosen,
+                frames=self.cfg.frames,
+                canvas=self.cfg.canvas,
+                speed=self.cfg.speed,
+                seed=self.cfg.split_seed * len(SPLITS) + index,
+                plan_frames=self.train_frames,
+            )
+            self.splits[split] = TensorDataset(clips, directions if self.cfg.label == "direction" else labels)
+
+    def train_dataloader(self) -> DataLoader:
+        return self.shuffled_loader(self.splits["train"], self.cfg.batch_size, num_workers=self.cfg.num_workers)
+
+    def val_dataloader(self) -> DataLoader:
+        return DataLoader(self.splits["val"], batch_size=self.cfg.eval_batch_size, num_workers=self.cfg.num_workers)
+
+    def test_dataloader(self) -> DataLoader:
+        return DataLoader(self.splits["test"], batch_size=self.cfg.eval_batch_size, num_workers=self.cfg.num_workers)
+
+    def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> dict[str, Any]:
+        return self.as_batch(batch)
+
+    def as_batch(self, batch: Any, training: bool = False) -> dict[str, Any]:
+        clips, labels = batch
+        x = (clips.float().div_(255) - self.mean) / self.std
+        return {"video": x, "label": labels, "pos": self.positions().to(clips.device)}

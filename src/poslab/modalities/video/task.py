@@ -1,0 +1,31 @@
+"""Video classification (direction of motion or digit): the shared classifier with a space-time ViT."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torch import nn
+
+from poslab.modalities.video.model import VideoViT
+from poslab.options import pick_options
+from poslab.tasks.classification import Classifier
+
+
+class VideoClassifier(Classifier):
+    input_key = "video"
+
+    def build_model(self, cfg: dict[str, Any], encoder, num_classes: int, in_chans: int) -> nn.Module:
+        data = cfg["data"]
+        return VideoViT(
+            encoder,
+            in_chans=in_chans,
+            num_classes=num_classes,
+            patch_size=data["patch_size"],
+            tubelet=data["tubelet"],
+            **pick_options(VideoViT, cfg["model"], VideoViT.SUPPLIED),
+        )
+
+    def report_callbacks(self, cfg) -> list:
+        from poslab.modalities.video.callbacks import ExtrapolationProbe
+
+        return [*super().report_callbacks(cfg), ExtrapolationProbe(cfg)]

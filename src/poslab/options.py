@@ -1,0 +1,61 @@
+"""Options declared once, in a constructor's signature, with their types and defaults.
+
+An encoder's or a model's options are the keyword parameters of its
+constructor, minus those the code supplies (the encoder, sizes the data
+reports). The config schema (:func:`options_schema`: key, type, default) and
+the call (:func:`pick_options`: the config's values for exactly those keys)
+both derive from the signature, so an option is added by adding a parameter;
+the YAML only sets values.
+"""
+
+from __future__ import annotations
+
+import inspect
+import types
+import typing
+from collections.abc import Callable, Mapping
+from dataclasses import field, make_dataclass
+from typing import Any, Union
+
+from omegaconf import MISSING
+
+
+def keyword_options(fn: Callable, supplied: tuple[str, ...] = ()) -> dict[str, inspect.Parameter]:
+    """The parameters of ``fn`` (a class: its ``__init__``) a config sets: all but ``self``, ``*args`` /
+    ``**kwargs`` and the ``supplied`` ones."""
+    target = fn.__init__ if isinstance(fn, type) else fn
+    params = inspect.signature(target).parameters
+    skipped = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
+    return {k: p for k, p in params.items() if k != "self" and k not in supplied and p.kind not in skipped}
+
+
+def option_fields(fn: Callable, supplied: tuple[str, ...] = ()) -> list[tuple[str, Any, Any]]:
+    """``(key, type, dataclass field)`` per option, string annotations evaluated; no default: required."""
+    target = fn.__init__ if isinstance(fn, type) else fn
+    hints = typing.get_type_hints(target)
+    out = []
+    for key, param in keyword_options(fn, supplied).items():
+        default = MISSING if param.default is inspect.Parameter.empty else param.default
+        out.append((key, normalise(hints.get(key, Any)), field(default=default)))
+    return out
+
+
+def options_schema(name: str, fn: Callable, supplied: tuple[str, ...] = (), bases: tuple[type, ...] = ()) -> type:
+    """A dataclass of ``fn``'s options (on top of ``bases``' fields), for OmegaConf's validation; it remembers
+    where it came from (``options_of``, ``supplied``)."""
+    schema = make_dataclass(name, option_fields(fn, supplied), bases=bases)
+    schema.options_of, schema.supplied = fn, supplied
+    return schema
+
+
+def pick_options(fn: Callable, values: Mapping[str, Any], supplied: tuple[str, ...] = ()) -> dict[str, Any]:
+    """The entries of ``values`` that are options of ``fn`` (a config node also holds keys other code reads)."""
+    options = keyword_options(fn, supplied)
+    return {k: v for k, v in values.items() if k in options}
+
+
+def normalise(annotation: Any) -> Any:
+    """``X | None`` (types.UnionType) -> ``typing.Union`` that OmegaConf understands."""
+    if isinstance(annotation, types.UnionType):
+        return Union[tuple(normalise(a) for a in annotation.__args__)]
+    return annotation

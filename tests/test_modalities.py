@@ -1,0 +1,252 @@
+"""Modalities are plugins: discovered from their packages, named nowhere else, and a new one needs no edit."""
+
+from __future__ import annotations
+
+import io
+import re
+import shutil
+import tokenize
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import torch
+from omegaconf import MISSING
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+import poslab
+from poslab.config import compose, config_dir, group_choices
+from poslab.data.base import PositionDataModule
+from poslab.errors import ConfigError
+from poslab.modalities import Modality, available_modalities, get_modality, register_modality, unregister_modality
+from poslab.nn import Transformer
+from poslab.positions import Positions
+from poslab.schema import EvalConfig, ModelConfig
+from poslab.tasks.base import PositionTask
+from tests.conftest import TINY
+
+PACKAGE = Path(poslab.__file__).parent
+#: The modules every run shares: they must work for any modality, so they name none.
+GENERIC = [
+    "train.py",
+    "compare.py",
+    "report.py",
+    "report_figures.py",
+    "config.py",
+    "callbacks.py",
+    "schema.py",
+    "show.py",
+    "resume.py",
+    "rundir.py",
+    "loggers.py",
+    "data/__init__.py",
+    "data/base.py",
+    "tasks/__init__.py",
+    "tasks/base.py",
+    "tasks/classification.py",
+]
+
+
+def test_every_modality_package_is_registered_with_its_yaml_and_a_tiny_test_config():
+    assert available_modalities() == ["text", "timeseries", "video", "vision"]
+    assert group_choices("modality") == available_modalities()
+    assert sorted(TINY) == available_modalities()  # registry-wide tests run each through its tiny config
+
+
+def _named_modalities(path: Path) -> list[str]:
+    """Modality names a module's code uses: string literals equal to one (or ``modality=<name>``), imports of a
+    modality's package, and identifiers built on a name (``VisionDataModule``)."""
+    names = available_modalities()
+    found = []
+    tokens = tokenize.generate_tokens(io.StringIO(path.read_text()).readline)
+    for tok in tokens:
+        if tok.type == tokenize.STRING and not tok.string.startswith(('"""', "'''")):
+            value = tok.string.strip("\"'rfb")
+            found += [n for n in names if value in (n, f"modality={n}") or f"modalities.{n}" in value]
+        elif tok.type == tokenize.NAME:
+            found += [n for n in names if re.search(rf"{n.capitalize()}[A-Z]", tok.string)]
+    text = path.read_text()
+    found += [n for n in names if re.search(rf"poslab\.modalities\.{n}\b", text)]
+    return sorted(set(found))
+
+
+@pytest.mark.parametrize("module", GENERIC)
+def test_generic_modules_name_no_modality(module):
+    assert _named_modalities(PACKAGE / module) == []
+
+
+def test_the_check_finds_a_named_modality(tmp_path):
+    planted = tmp_path / "planted.py"
+    planted.write_text('if cfg.modality == "vision":\n    from poslab.modalities.text.data import TextDataModule\n')
+    assert _named_modalities(planted) == ["text", "vision"]
+
+
+def test_list_shows_every_modality_and_its_encoders(capsys):
+    from poslab.cli import main
+
+    assert main(["list"]) == 0
+    lines = dict(line.split(": ", 1) for line in capsys.readouterr().out.strip().splitlines())
+    assert sorted(lines) == available_modalities()
+    assert "rope3d (rotate)" in lines["video"] and "sincos2d (encode_input)" in lines["video"]
+    assert "rope3d" not in lines["vision"] and "sincos2d" not in lines["text"]
+
+
+def test_an_unknown_modality_is_one_line_naming_the_valid_ones():
+    with pytest.raises(ConfigError, match=r"unknown modality 'vidio' \(did you mean 'video'\?\); valid: text,"):
+        get_modality("vidio")
+
+
+# -- a modality registered from this file: the data provides steps, the task is order-sensitive ------------------
+@dataclass
+class ToyData:
+    name: str = MISSING
+    length: int = MISSING
+    size: int = MISSING
+    batch_size: int = MISSING
+
+
+@dataclass
+class ToyModel(ModelConfig):
+    dim: int = MISSING
+    depth: int = MISSING
+    num_heads: int = MISSING
+
+
+@dataclass
+class ToyTask:
+    name: str = MISSING
+
+
+class ToyDataModule(PositionDataModule):
+    """Random digit sequences; the label says whether the first digit is larger than the last."""
+
+    def setup(self, stage=None):
+        generator = torch.Generator().manual_seed(self.seed)
+        tokens = torch.randint(0, 10, (self.cfg.size, self.cfg.length), generator=generator)
+        self.data = TensorDataset(tokens, (tokens[:, 0] > tokens[:, -1]).long())
+
+    def model_facts(self):
+        return {"vocab": 10}
+
+    def context_options(self):
+        return {"max_len": self.cfg.length}
+
+    def similarity_positions(self):
+        return Positions.consecutive(self.cfg.length), self.cfg.length, None
+
+    def train_dataloader(self):
+        return self.shuffled_loader(self.data, self.cfg.batch_size)
+
+    def val_dataloader(self):
+        return DataLoader(self.data, batch_size=self.cfg.batch_size)
+
+    test_dataloader = val_dataloader
+
+    def on_after_batch_transfer(self, batch, dataloader_idx):
+        return self.as_batch(batch)
+
+    def as_batch(self, batch, training=False):
+        tokens, labels = batch
+        return {"tokens": tokens, "label": labels, "pos": Positions.consecutive(tokens.shape[1])}
+
+
+class ToyModelNet(nn.Module):
+    def __init__(self, encoder, vocab: int, dim: int, depth: int, num_heads: int):
+        super().__init__()
+        self.embed = nn.Embedding(vocab, dim)
+        self.backbone = Transformer(encoder, dim=dim, depth=depth, num_heads=num_heads)
+        self.head = nn.Linear(dim, 2)
+
+    def forward(self, tokens, pos):
+        return self.head(self.backbone(self.embed(tokens), pos).mean(dim=1))
+
+
+class ToyTaskModule(PositionTask):
+    monitor = ("val/loss", "min")
+
+    def __init__(self, cfg, vocab: int, context):
+        super().__init__(cfg)
+        self.save_hyperparameters()
+        model = cfg["model"]
+        self.model = ToyModelNet(self.build_encoder(context), vocab, model["dim"], model["depth"], model["num_heads"])
+
+    def _loss(self, batch, stage):
+        loss = nn.functional.cross_entropy(self.model(batch["tokens"], batch["pos"]), batch["label"])
+        self.log(f"{stage}/loss", loss, on_step=stage == "train", on_epoch=stage != "train")
+        return loss
+
+    def training_step(self, batch, batch_idx):
+        return self._loss(batch, "train")
+
+    def validation_step(self, batch, batch_idx):
+        self._loss(batch, "val")
+
+    def test_step(self, batch, batch_idx):
+        self._loss(batch, "test")
+
+
+TOY_YAML = """# A toy modality registered by a test: order-sensitive digit sequences.
+defaults:
+  encoder: rope
+positions: [steps]
+task:
+  name: order
+data:
+  name: digits
+  length: 8
+  size: 64
+  batch_size: 16
+model:
+  dim: 16
+  depth: 1
+  num_heads: 2
+trainer:
+  max_epochs: 1
+"""
+
+
+@pytest.fixture
+def toy_modality(tmp_path, monkeypatch):
+    """The toy modality registered from this file, with its YAML in a copy of the configs."""
+    configs = tmp_path / "configs"
+    shutil.copytree(config_dir(), configs)
+    (configs / "modality" / "toy.yaml").write_text(TOY_YAML)
+    monkeypatch.setenv("POSLAB_CONFIG_DIR", str(configs))
+    register_modality(
+        Modality(
+            name="toy",
+            task=ToyTask,
+            data=ToyData,
+            model=ToyModel,
+            eval=EvalConfig,
+            tasks={"order": ToyTaskModule},
+            datamodule=ToyDataModule,
+            headline=("test/loss",),
+        )
+    )
+    yield
+    unregister_modality("toy")
+
+
+def test_a_modality_registered_from_a_test_file_trains_without_editing_the_package(toy_modality, tmp_path, capsys):
+    from poslab.cli import main
+    from poslab.encoders import available_encoders
+    from poslab.report import build_report
+    from poslab.train import train
+
+    assert "toy" in available_modalities()
+    steps_encoders = available_encoders("toy")
+    assert {"rope", "alibi", "learned", "sinusoidal", "t5", "none"} <= set(steps_encoders)
+    assert not {"sincos2d", "rope3d", "calendar"} & set(steps_encoders)  # they read coords / coords3d / times
+    summaries = []
+    for encoder in ("rope", "learned"):
+        summary = train(compose(["modality=toy", f"encoder={encoder}", "logger=none", f"run.root={tmp_path / 'runs'}",
+                                 "trainer.enable_progress_bar=false"]))  # fmt: skip
+        assert summary["modality"] == "toy" and summary["metrics"]["test/loss"] > 0
+        summaries.append(summary["run_dir"])
+    report = build_report(summaries, tmp_path / "reports")
+    assert "`test/loss`" in report.read_text()
+    with pytest.raises(ConfigError, match="unknown config key 'data.lenght'"):
+        compose(["modality=toy", "data.lenght=4"])
+    assert main(["list", "toy"]) == 0 and capsys.readouterr().out.startswith("toy: alibi")
