@@ -6,6 +6,9 @@ MODALITY ?= vision
 ENCODER  ?=
 ARGS     ?=
 CKPT     ?=
+NAME     ?=
+HOOK     ?=
+READS    ?=
 ENCODERS ?=
 SEEDS    ?=
 comma    := ,
@@ -16,7 +19,7 @@ PYTEST    = $(BIN)/python -m pytest
 RUN_PYTEST = rc=0; $(PYTEST) $(1) || rc=$$?; if [ $$rc -eq 5 ]; then echo "pytest collected no tests" >&2; exit 1; fi; exit $$rc
 
 .DEFAULT_GOAL := help
-.PHONY: help install test test-slow test-all lint train eval compare report bench gpu-check clean
+.PHONY: help install test test-slow test-all lint train eval compare report bench gpu-check new-encoder clean
 
 help: ## list targets, modalities and encoders
 	@echo "poslab — position encoders compared on text, image patches and time series"
@@ -66,6 +69,10 @@ bench: ## step time and peak memory of every 1D encoder vs none at L=256/1024/20
 
 gpu-check: ## on a CUDA machine: train every modality, flex vs SDPA, GPT-2-small speed/MFU and memory vs L, one table (< 8 min; ARGS="--dry-run" on a CPU)
 	$(if $(wildcard $(BIN)/python),$(BIN)/python,PYTHONPATH=src $(PYTHON)) -m poslab.gpu_check $(ARGS)
+
+new-encoder: ## stub files for a new encoder: NAME=kerple HOOK=encode_input|rotate|attention_bias|relative_bias [READS=steps]
+	@test -n "$(NAME)" -a -n "$(HOOK)" || { echo "make new-encoder needs NAME=<name> HOOK=<hook>" >&2; exit 2; }
+	$(BIN)/poslab new encoder $(NAME) --hook $(HOOK) $(if $(READS),--reads $(READS))
 
 clean: ## remove runs, W&B files, reports and caches (keeps .venv and data/)
 	rm -rf runs wandb reports lightning_logs .pytest_cache

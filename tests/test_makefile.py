@@ -32,6 +32,15 @@ def test_compare_and_report_pass_their_variables():
     assert make("-n", "compare", "MODALITY=video").stdout.split() == [".venv/bin/poslab", "compare", "modality=video"]
 
 
+def test_new_encoder_passes_name_hook_and_field_and_needs_both():
+    out = make("-n", "new-encoder", "NAME=kerple", "HOOK=relative_bias", "READS=steps")
+    assert out.stdout.splitlines()[-1].split() == [
+        ".venv/bin/poslab", "new", "encoder", "kerple", "--hook", "relative_bias", "--reads", "steps"
+    ]  # fmt: skip
+    missing = make("new-encoder", "NAME=kerple")
+    assert missing.returncode != 0 and "make new-encoder needs NAME=<name> HOOK=<hook>" in missing.stderr
+
+
 def test_eval_needs_a_checkpoint():
     out = make("eval")
     assert out.returncode != 0 and "make eval needs CKPT=" in out.stderr

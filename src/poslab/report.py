@@ -9,12 +9,12 @@ and draws the curves the runs measured (:mod:`poslab.report_figures`).
 from __future__ import annotations
 
 import json
-import math
 import statistics
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -29,10 +29,22 @@ class Stat:
 
 def aggregate(values: Sequence[float]) -> Stat | None:
     """Mean ± sample standard deviation over seeds (0 for a single run); None when empty."""
-    values = [v for v in values if v is not None and not math.isnan(v)]
-    if not values:
+    import pandas as pd
+
+    stats = _stats(pd.DataFrame({"value": pd.Series(values, dtype="float64")}))
+    return _stat(stats, "value")
+
+
+def _stats(frame):
+    """Per column of a runs x metrics frame: mean, sample std and count over the runs (NaN = not reported)."""
+    return frame.agg(["mean", "std", "count"]).T
+
+
+def _stat(stats, key: str) -> Stat | None:
+    if key not in stats.index or not stats.at[key, "count"]:
         return None
-    return Stat(statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else 0.0, len(values))
+    n = int(stats.at[key, "count"])
+    return Stat(float(stats.at[key, "mean"]), float(stats.at[key, "std"]) if n > 1 else 0.0, n)
 
 
 @dataclass
@@ -45,9 +57,17 @@ class Group:
     config: str  # config_hash without the seed
     runs: list[dict] = field(default_factory=list)
     label: str = ""
+    _stats: Any = field(default=None, repr=False, compare=False)  # metric -> mean, std, count
+    _stats_for: int = field(default=-1, repr=False, compare=False)  # the number of runs they cover
 
     def stat(self, key: str) -> Stat | None:
-        return aggregate([r["metrics"].get(key) for r in self.runs if key in r["metrics"]])
+        """Mean ± std (n) of a metric over the runs that report it; one pandas table serves every metric."""
+        if self._stats_for != len(self.runs):  # runs are appended while grouping
+            import pandas as pd
+
+            metrics = pd.DataFrame([r["metrics"] for r in self.runs], dtype="float64")  # NaN: not reported
+            self._stats, self._stats_for = _stats(metrics), len(self.runs)
+        return _stat(self._stats, key)
 
     def mean_of(self, key: str) -> float | None:
         """Mean of a top-level summary field (``num_params``, ``wall_time_s``)."""

@@ -13,15 +13,8 @@ from poslab.modalities.video.data import VideoDataModule, clip_positions
 
 def test_directions_are_counter_clockwise_from_east_with_rows_growing_down():
     v = velocities(torch.arange(8), speed=2.0)
-    expected = {
-        "E": (0, 2),
-        "N": (-2, 0),
-        "W": (0, -2),
-        "S": (2, 0),
-        "NE": (-(2**0.5), 2**0.5),
-        "SW": (2**0.5, -(2**0.5)),
-    }
-    for name, (row, col) in expected.items():
+    expected = {"E": (0, 2), "N": (-2, 0), "W": (0, -2), "S": (2, 0), "NE": (-2, 2), "SW": (2, -2), "SE": (2, 2)}
+    for name, (row, col) in expected.items():  # a diagonal moves `speed` along both axes
         torch.testing.assert_close(v[DIRECTIONS.index(name)], torch.tensor([row, col], dtype=torch.float64))
 
 
@@ -125,10 +118,27 @@ def test_the_data_module_gives_normalised_clips_with_positions_and_labels(tiny_v
     [
         ("data.tubelet=3", "4 frames do not split into tubelets of data.tubelet=3"),
         ("eval.canvases=[18]", "a canvas of 18 px is not a multiple of data.patch_size=4"),
-        ("data.digit_size=32", "smaller than data.digit_size=32"),
+        ("data.digit_size=32", "needs a canvas of at least 40 px, got 16"),
         ("data.speed=0", "data.speed' must be > 0"),
     ],
 )
 def test_clips_that_do_not_cut_into_tokens_are_one_line_config_errors(tiny_video, override, message):
     with pytest.raises(ConfigError, match=message.replace("[", r"\[")):
         compose([*tiny_video, override])
+
+
+def test_moving_whole_patches_every_frame_shows_the_same_patches_wherever_the_digit_is():
+    """speed = patch size (the default): each frame, cut into patches, is the same bag of patches, so a model
+    without positions (none), or with the frame order only, cannot see the motion; where the frames differ is
+    only the patches' places. And opposite directions visit the same places equally often."""
+    digits = torch.randint(1, 255, (400, 8, 8), dtype=torch.uint8, generator=torch.Generator().manual_seed(0))
+    # planned for 3 frames, so starts vary along the motion too, and the digit bounces later
+    clips, direction = make_clips(digits, frames=8, canvas=24, speed=4.0, seed=1, plan_frames=3)
+    patches = clips.squeeze(2).unfold(2, 4, 4).unfold(3, 4, 4).flatten(2, 3).flatten(-2)  # [N, T, 36, 16]
+    bags = patches.sort(dim=2).values  # order-free: the bag of patches of each frame
+    assert torch.equal(bags, bags[:, :1].expand_as(bags))
+    assert not torch.equal(patches, patches[:, :1].expand_as(patches))  # ... in other places
+    corners = _corners(clips)
+    for d in range(4):  # per clip, the places it visits and how often: the same for a direction and its opposite
+        visits = [{tuple(sorted(map(tuple, c.tolist()))) for c in corners[direction == k]} for k in (d, d + 4)]
+        assert visits[0] == visits[1]

@@ -264,7 +264,7 @@ def test_t5_and_relative_biases_have_one_value_per_bucket_and_head():
 
 def test_batched_positions_give_batched_biases_and_rotations():
     steps = torch.stack((torch.arange(6), torch.arange(6) * 2))
-    for name in ("alibi", "t5", "relative"):
+    for name in [n for n in available_encoders() if encoder_class(n).uses("attention_bias")]:
         bias = build_encoder(name, dim=32, num_heads=2).attention_bias(steps, steps)
         assert bias.shape == (2, 2, 6, 6)
     out = rope().rotate(torch.randn(2, 2, 6, 16), steps)
@@ -279,6 +279,21 @@ def test_apply_rotary_matches_rope_encoder():
 
 
 OFFSET_ONLY = [n for n in available_encoders() if encoder_class(n).uses("relative_bias")]
+
+
+@pytest.mark.parametrize("name", OFFSET_ONLY)
+def test_every_offset_only_bias_is_toeplitz_and_not_constant(name):
+    """An encoder that claims to depend on the offset alone (it overrides relative_bias): equal offsets,
+    equal bias, on positions far from the origin too; with random parameters the bias is not one value."""
+    enc = build_encoder(name, dim=32, num_heads=2)
+    for p in enc.parameters():
+        torch.nn.init.normal_(p)
+    steps = torch.arange(100, 112).float()[None]  # batched floats: the general path, no Toeplitz shortcut
+    bias = enc.attention_bias(steps, steps)[0]
+    for d in range(-11, 12):
+        diagonal = torch.diagonal(bias, offset=d, dim1=-2, dim2=-1)
+        torch.testing.assert_close(diagonal, diagonal[:, :1].expand_as(diagonal))
+    assert bias.std() > 0
 
 
 @pytest.mark.parametrize("name", OFFSET_ONLY)

@@ -1,27 +1,28 @@
 """Moving-MNIST-style clips made from the embedded MNIST digits: no download, seeded.
 
 After Srivastava et al. 2015's Moving MNIST, with one digit: it starts at a
-random place on a blank square canvas and moves at constant speed in one of
-8 directions (k · 45°, counter-clockwise from east), bouncing off the walls
-(the velocity component that would leave the canvas flips). The label is the
-direction it started in, or the digit. Pure functions of tensors and a seed.
+random place on a blank square canvas and moves at a constant velocity in one
+of 8 directions (k · 45°, counter-clockwise from east: ``speed`` pixels a frame
+along each axis it moves on, so a diagonal step moves on both), bouncing off
+the walls (the velocity component that would leave the canvas flips). The
+label is the direction it started in, or the digit. Pure functions of tensors
+and a seed.
 """
 
 from __future__ import annotations
-
-import math
 
 import torch
 import torch.nn.functional as F
 
 #: Direction k moves at angle k · 45° counter-clockwise from east (up is north: rows decrease).
 DIRECTIONS = ("E", "NE", "N", "NW", "W", "SW", "S", "SE")
+#: (row, col) step of each direction, in units of ``speed``.
+STEPS = ((0, 1), (-1, 1), (-1, 0), (-1, -1), (0, -1), (1, -1), (1, 0), (1, 1))
 
 
 def velocities(direction: torch.Tensor, speed: float) -> torch.Tensor:
     """``[N]`` direction indices -> ``[N, 2]`` (row, col) pixels per frame."""
-    angle = direction.double() * (math.pi / 4)
-    return torch.stack((-angle.sin(), angle.cos()), dim=-1) * speed
+    return torch.tensor(STEPS, dtype=torch.float64)[direction] * speed
 
 
 def trajectories(start: torch.Tensor, velocity: torch.Tensor, frames: int, room: int) -> torch.Tensor:
@@ -67,18 +68,19 @@ def make_clips(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """One clip per digit: ``(clips [N, T, 1, canvas, canvas] uint8, directions [N])``.
 
-    Each start is drawn uniformly from the places where the first
-    ``plan_frames`` frames (default: all of them) move without touching a wall.
-    A clip and its time reversal are then equally likely, with opposite labels,
-    so the path alone — the places the digit visits — cannot tell a direction
-    from its opposite: only the order of the frames can. (With bounces it
-    could: a path that ends at a wall went towards it.) Longer clips bounce.
+    Each start is drawn uniformly from the places from which the first steps
+    move without touching a wall: the first ``plan_frames − 1`` steps (default:
+    the whole clip) where they fit on the canvas, else as many as fit — at
+    least the first, so the first two frames always show the labelled
+    direction. Starts lie on a lattice of ``speed`` pixels from the walls, so a
+    digit moving a whole patch a frame (``speed`` = the patch size) always
+    covers whole patches the same way: a frame's patches then look the same
+    wherever the digit is, and only positions tell the frames' places apart.
 
     The start and direction depend only on ``seed``, the clip's index and
     ``plan_frames``: a longer clip (``frames`` > ``plan_frames``) continues the
     same motion, and on a larger canvas the digit starts at the same fraction of
-    its range. Where even ``plan_frames`` cannot fit, starts spread over the
-    whole canvas.
+    its range.
     """
     n, size = digits.shape[0], digits.shape[-1]
     if size > canvas:
@@ -88,8 +90,10 @@ def make_clips(
     start_fraction = torch.rand(n, 2, generator=generator, dtype=torch.float64)
     room = canvas - size
     velocity = velocities(direction, speed)
-    travel = velocity * ((plan_frames or frames) - 1)
+    steps = max(1, min((plan_frames or frames) - 1, int(room // speed)))  # wall-free steps from the start
+    travel = velocity * steps
     low, high = (-travel).clamp(min=0), room - travel.clamp(min=0)
-    low, high = torch.where(low <= high, low, 0.0), torch.where(low <= high, high, float(room))
-    corners = trajectories(low + start_fraction * (high - low), velocity, frames, room)
+    lattice = torch.floor((high - low) / speed + 1e-9) + 1  # start places per axis, ``speed`` apart
+    start = low + torch.floor(start_fraction * lattice).clamp(max=lattice - 1) * speed
+    corners = trajectories(start, velocity, frames, room)
     return render(digits, corners, canvas), direction

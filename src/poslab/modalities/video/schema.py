@@ -78,6 +78,9 @@ def check_video(cfg) -> Optional[str]:
     for canvas in [data.canvas, *cfg.eval.canvases]:
         if canvas % data.patch_size:
             return f"a canvas of {canvas} px is not a multiple of data.patch_size={data.patch_size}"
-        if canvas < data.digit_size:
-            return f"a canvas of {canvas} px is smaller than data.digit_size={data.digit_size}"
+        if canvas - data.digit_size < data.speed:
+            return (
+                f"a digit of {data.digit_size} px moving {data.speed:g} px a frame needs a canvas of at least "
+                f"{data.digit_size + data.speed:g} px, got {canvas}"
+            )
     return None
