@@ -10,7 +10,7 @@ from typing import Literal, Optional
 
 from omegaconf import MISSING
 
-from poslab.modalities.video.model import VideoViT
+from poslab.modalities.vision.model import ViT
 from poslab.options import options_schema
 from poslab.schema import AT_LEAST_1, FRACTION, POSITIVE, EvalConfig, ModelConfig, Range
 
@@ -51,8 +51,8 @@ class VideoDataConfig:
     num_workers: int = MISSING
 
 
-#: ``model.*``: the space-time ViT's keyword options, typed and defaulted by its constructor.
-VideoModelConfig = options_schema("VideoModelConfig", VideoViT, VideoViT.SUPPLIED, bases=(ModelConfig,))
+#: ``model.*``: the ViT's keyword options (the space-time ViT adds only the data's ``tubelet``).
+VideoModelConfig = options_schema("VideoModelConfig", ViT, ViT.SUPPLIED, bases=(ModelConfig,))
 
 
 @dataclass

@@ -7,6 +7,7 @@ from typing import Any
 from torch import nn
 
 from poslab.modalities.video.model import VideoViT
+from poslab.modalities.vision.model import ViT
 from poslab.options import pick_options
 from poslab.tasks.classification import Classifier
 
@@ -22,7 +23,7 @@ class VideoClassifier(Classifier):
             num_classes=num_classes,
             patch_size=data["patch_size"],
             tubelet=data["tubelet"],
-            **pick_options(VideoViT, cfg["model"], VideoViT.SUPPLIED),
+            **pick_options(ViT, cfg["model"], ViT.SUPPLIED),
         )
 
     def report_callbacks(self, cfg) -> list:
