@@ -19,7 +19,7 @@ PYTEST    = $(BIN)/python -m pytest
 RUN_PYTEST = rc=0; $(PYTEST) $(1) || rc=$$?; if [ $$rc -eq 5 ]; then echo "pytest collected no tests" >&2; exit 1; fi; exit $$rc
 
 .DEFAULT_GOAL := help
-.PHONY: help install test test-slow test-all lint train eval compare report bench gpu-check new-encoder clean
+.PHONY: help install test test-slow test-all lint train eval compare report bench gpu-check sweep new-encoder clean
 
 help: ## list targets, modalities and encoders
 	@echo "poslab — position encoders compared on text, image patches and time series"
@@ -69,6 +69,9 @@ bench: ## step time and peak memory of every 1D encoder vs none at L=256/1024/20
 
 gpu-check: ## on a CUDA machine: train every modality, flex vs SDPA, GPT-2-small speed/MFU and memory vs L, one table (< 8 min; ARGS="--dry-run" on a CPU)
 	$(if $(wildcard $(BIN)/python),$(BIN)/python,PYTHONPATH=src $(PYTHON)) -m poslab.gpu_check $(ARGS)
+
+sweep: ## print a W&B grid sweep of what `make compare` would run: MODALITY=text ARGS="experiment=needle" > sweep.yaml
+	@$(BIN)/poslab sweep modality=$(MODALITY) $(if $(ENCODERS),encoders=[$(subst $(space),$(comma),$(strip $(ENCODERS)))]) $(if $(SEEDS),seeds=$(SEEDS)) $(ARGS)
 
 new-encoder: ## stub files for a new encoder: NAME=kerple HOOK=encode_input|rotate|attention_bias|relative_bias [READS=steps]
 	@test -n "$(NAME)" -a -n "$(HOOK)" || { echo "make new-encoder needs NAME=<name> HOOK=<hook>" >&2; exit 2; }

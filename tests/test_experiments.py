@@ -23,13 +23,28 @@ def test_every_experiment_composes_and_its_expectations_parse(name):
         Expectation.parse(text)
 
 
-def test_sweep_files_list_valid_encoders_and_call_poslab_train():
-    for path in (config_dir() / "sweep").glob("*.yaml"):
-        sweep = OmegaConf.to_container(OmegaConf.load(path))
-        assert sweep["command"] == ["poslab", "train", "${args_no_hyphens}"]
-        modality = sweep["parameters"]["modality"]["value"]
-        for encoder in sweep["parameters"]["encoder"]["values"]:
-            compose([f"modality={modality}", f"encoder={encoder}"])
+def test_a_sweep_is_the_comparison_grid_with_the_tasks_metric(capsys):
+    """Derived from the registry and the experiment: a new encoder joins the sweeps with no edit."""
+    from poslab.cli import main
+    from poslab.encoders import available_encoders
+    from poslab.sweep import sweep_config
+
+    vision = sweep_config("vision")
+    assert vision["parameters"]["encoder"]["values"] == available_encoders("vision")  # resolution: every one
+    assert vision["parameters"]["experiment"] == {"value": "resolution"}
+    assert vision["parameters"]["seed"]["values"] == [0, 1, 2]
+    assert vision["metric"] == {"name": "val/acc", "goal": "maximize"}
+    assert vision["command"] == ["poslab", "train", "${args_no_hyphens}"] and vision["program"] == "poslab"
+    text = sweep_config("text", ["rope", "alibi"], 2, ["trainer.max_steps=100"])
+    assert text["parameters"]["encoder"]["values"] == ["rope", "alibi"]
+    assert text["metric"] == {"name": "val/loss", "goal": "minimize"}
+    assert text["parameters"]["trainer.max_steps"] == {"value": "100"}
+    assert text["parameters"]["seed"]["values"] == [0, 1]
+    assert main(["sweep", "modality=timeseries"]) == 0
+    printed = OmegaConf.create(capsys.readouterr().out)
+    assert printed.parameters.modality.value == "timeseries" and printed.metric.name == "val/mse"
+    assert main(["sweep", "modality=text", "experiment=randomized_positions"]) == 2
+    assert "compares variants" in capsys.readouterr().err
 
 
 def test_expectations_check_numbers_ratios_and_other_encoders():

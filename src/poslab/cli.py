@@ -37,7 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    sub = parser.add_subparsers(dest="command", metavar="{train,eval,compare,report,list,bench,show,new}")
+    sub = parser.add_subparsers(dest="command", metavar="{train,eval,compare,report,list,bench,show,new,sweep}")
     train = sub.add_parser("train", help="train one model (key=value overrides)")
     train.add_argument("overrides", nargs="*", metavar="key=value")
     train.add_argument("--print-config", action="store_true", help="print the resolved config and exit")
@@ -59,6 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("bench", help="time and memory of each 1D encoder against none (--lengths, --batch, ...)")
     sub.add_parser("show", help="draw what an encoder does: ENCODER [key=value ...] [--modality --length --out --json]")
     sub.add_parser("new", help="stub files for a new encoder: encoder NAME --hook HOOK [--reads FIELD]")
+    sub.add_parser("sweep", help="print a W&B grid sweep: modality=M [experiment=X] [encoders=[a,b]] [seeds=N]")
     return parser
 
 
@@ -72,6 +73,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from poslab.show import main as show_main
 
         return show_main(argv[1:])
+    if argv[:1] == ["sweep"]:
+        from poslab.sweep import main as sweep_main
+
+        return sweep_main(argv[1:])
     if argv[:1] == ["new"]:
         from poslab.scaffold import main as new_main
 

@@ -1,0 +1,74 @@
+"""``poslab sweep modality=M [experiment=X] [encoders=[a,b]] [seeds=N]``: a W&B grid sweep, printed as YAML.
+
+The grid is what ``poslab compare`` would run — the experiment's
+``compare_encoders`` or every registered encoder that fits the modality, times
+``compare_seeds`` — so a new encoder joins the sweeps with no edit. The
+metric is the one the task picks its best checkpoint by; each agent call runs
+``<this command> train key=value …``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def sweep_config(modality: str, encoders: list[str] | None = None, seeds: int | None = None,
+                 overrides: list[str] | tuple[str, ...] = ()) -> dict[str, Any]:  # fmt: skip
+    """The W&B sweep for the grid ``poslab compare`` would run with the same arguments."""
+    from poslab import __name__ as package
+    from poslab.compare import plan
+    from poslab.errors import ConfigError
+    from poslab.tasks import task_class
+
+    grid = plan(modality, encoders, seeds, list(overrides))
+    cfg = grid[0][2]
+    if any(c.variant for _, _, c in grid):
+        raise ConfigError(
+            f"experiment '{cfg.experiment}' compares variants (compare_variants): a sweep runs one setting per "
+            "encoder; sweep each variant's overrides separately (key=value arguments)"
+        )
+    metric, mode = task_class(cfg.modality, cfg.task.name).monitor
+    parameters: dict[str, Any] = {"modality": {"value": modality}}
+    if cfg.experiment:
+        parameters["experiment"] = {"value": cfg.experiment}
+    for item in overrides:
+        key, _, value = item.partition("=")
+        if key != "experiment":
+            parameters[key] = {"value": value}
+    parameters["encoder"] = {"values": list(dict.fromkeys(c.encoder.name for _, _, c in grid))}
+    parameters["seed"] = {"values": sorted({seed for _, seed, _ in grid})}
+    return {
+        "program": package,
+        "method": "grid",
+        "metric": {"name": metric, "goal": "maximize" if mode == "max" else "minimize"},
+        "parameters": parameters,
+        "command": [package, "train", "${args_no_hyphens}"],
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    import sys
+
+    from omegaconf import OmegaConf
+
+    from poslab.errors import PoslabError
+
+    special, overrides = {}, []
+    for item in argv or []:
+        key, _, value = item.partition("=")
+        if key in ("modality", "encoders", "seeds"):
+            special[key] = OmegaConf.to_container(OmegaConf.from_dotlist([f"_={value}"]))["_"]
+        else:
+            overrides.append(item)
+    try:
+        if "modality" not in special:
+            raise PoslabError("poslab sweep needs modality=<name>")
+        encoders = special.get("encoders")
+        encoders = [encoders] if isinstance(encoders, str) else encoders
+        seeds = int(special["seeds"]) if "seeds" in special else None
+        config = sweep_config(special["modality"], encoders, seeds, overrides)
+    except PoslabError as exc:
+        print(f"poslab sweep: error: {exc}", file=sys.stderr)
+        return 2
+    print(OmegaConf.to_yaml(OmegaConf.create(config)), end="")
+    return 0
