@@ -250,3 +250,23 @@ def test_a_modality_registered_from_a_test_file_trains_without_editing_the_packa
     with pytest.raises(ConfigError, match="unknown config key 'data.lenght'"):
         compose(["modality=toy", "data.lenght=4"])
     assert main(["list", "toy"]) == 0 and capsys.readouterr().out.startswith("toy: alibi")
+
+
+def test_every_data_source_of_every_modality_has_the_one_loader_signature():
+    """``(root, download, path=None)``: a dataset is added the same way in every modality."""
+    import importlib
+    import inspect
+
+    checked = 0
+    for modality in available_modalities():
+        try:
+            sources = importlib.import_module(f"poslab.modalities.{modality}.sources").SOURCES
+        except ModuleNotFoundError:  # a modality that generates its data (video) has no sources
+            continue
+        for name, source in sources.items():
+            load = getattr(source, "load", source)
+            params = list(inspect.signature(load).parameters.values())
+            assert [p.name for p in params] == ["root", "download", "path"], (modality, name)
+            assert params[2].default is None, (modality, name)
+            checked += 1
+    assert checked >= 12

