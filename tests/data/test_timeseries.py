@@ -65,6 +65,20 @@ def test_ett_split_boundaries_and_scaling(fake_etth1, monkeypatch):
     assert uni.channels == 1
 
 
+def test_ettm1_splits_by_months_of_15_minute_rows(tmp_path, monkeypatch):
+    """ETTm1: the same 12 / 4 / 4 months as ETTh1, at 4 rows an hour (Informer's borders x 4)."""
+    rows = 20 * 30 * 24 * 4 + 100
+    rng = np.random.default_rng(1)
+    frame = pd.DataFrame(rng.normal(size=(rows, 7)).cumsum(axis=0), columns=list(ETT_COLUMNS))
+    frame.insert(0, "date", pd.date_range("2016-07-01", periods=rows, freq="15min").strftime("%Y-%m-%d %H:%M:%S"))
+    frame.to_csv(tmp_path / "ETTm1.csv", index=False)
+    monkeypatch.setitem(
+        timeseries_sources.ETT_SHA256, "ETTm1", hashlib.sha256((tmp_path / "ETTm1.csv").read_bytes()).hexdigest()
+    )
+    dm = datamodule("data=ettm1", f"data.root={tmp_path}", "data.lookback=96", "data.horizon=24")
+    assert dm.series.borders == (34560, 46080, 57600) and dm.channels == 7 and dm.step_seconds == 900
+
+
 def test_a_changed_ett_file_fails_its_checksum(fake_etth1):
     root, _, _ = fake_etth1
     with pytest.raises(DataError, match="ETTh1.csv fails its checksum"):
