@@ -167,13 +167,13 @@ def test_a_registered_encoder_without_its_yaml_says_so(monkeypatch):
     from poslab.encoders import registry
     from poslab.encoders.base import PositionEncoder
 
-    class Kerple(PositionEncoder):
+    class Fresh(PositionEncoder):
         reads = "steps"
 
-    monkeypatch.setitem(registry._REGISTRY, "kerple", Kerple)
-    Kerple.name = "kerple"
-    with pytest.raises(ConfigError, match=r"encoder 'kerple' is registered but has no .*configs/encoder/kerple.yaml"):
-        compose(["modality=text", "encoder=kerple"])
+    monkeypatch.setitem(registry._REGISTRY, "fresh", Fresh)
+    Fresh.name = "fresh"
+    with pytest.raises(ConfigError, match=r"encoder 'fresh' is registered but has no .*configs/encoder/fresh.yaml"):
+        compose(["modality=text", "encoder=fresh"])
 
 
 def test_a_value_error_in_an_encoders_constructor_is_one_config_error(monkeypatch):

