@@ -45,7 +45,7 @@ class {cls}(PositionEncoder):
 
     def {signature_line}:
         """Returns {returns}."""
-        {positions} = self.field({position_arg})  # the tensor of positions.{reads}
+        {field_line}
         raise NotImplementedError("{name}: write the {hook} hook (README, 'Add an encoder')")
 '''
 
@@ -106,21 +106,16 @@ def new_encoder(name: str, hook: str, reads: str = "steps", root: Path | str = "
 
 def _encoder(name: str, hook: str, reads: str) -> str:
     signature, returns = HOOKS[hook]
-    position_arg = {"encode_input": "pos", "rotate": "pos", "attention_bias": "q_pos", "relative_bias": "offsets"}
-    positions = "offsets" if hook == "relative_bias" else "positions"
-    body = ENCODER.format(
-        name=name,
-        cls=class_name(name),
-        reads=reads,
-        hook=hook,
-        signature_line=signature.replace("self, ", "self, ", 1),
-        returns=returns,
-        position_arg=position_arg[hook],
-        positions=positions,
-    )
-    if hook == "relative_bias":  # offsets are already the tensor: no field to read
-        body = body.replace(f"        offsets = self.field(offsets)  # the tensor of positions.{reads}\n", "")
-    return body
+    field_line = {  # the hook's first line: the positions it reads (offsets are already a tensor)
+        "encode_input": f"positions = self.field(pos)  # the tensor of positions.{reads}",
+        "rotate": f"positions = self.field(pos)  # the tensor of positions.{reads}",
+        "attention_bias": f"positions = self.field(q_pos)  # the tensor of positions.{reads}",
+        "relative_bias": "# offsets: k − q, float, any shape",
+    }[hook]
+    return ENCODER.format(
+        name=name, cls=class_name(name), reads=reads, hook=hook, signature_line=signature, returns=returns,
+        field_line=field_line,
+    )  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -184,7 +184,6 @@ def root_schema(modality: str, encoder: type) -> type:
     from poslab.modalities import get_modality
 
     parts = get_modality(modality)
-    eval_schema = parts.eval or EvalConfig
     return make_dataclass(
         "Config",
         [
@@ -207,6 +206,6 @@ def root_schema(modality: str, encoder: type) -> type:
             ("trainer", TrainerConfig, field(default_factory=TrainerConfig)),
             ("logger", LoggerConfig, field(default_factory=LoggerConfig)),
             ("run", RunConfig, field(default_factory=RunConfig)),
-            ("eval", eval_schema, field(default_factory=eval_schema)),
+            ("eval", parts.eval, field(default_factory=parts.eval)),
         ],
     )

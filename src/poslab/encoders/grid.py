@@ -1,4 +1,4 @@
-"""2D patch-grid helpers shared by the vision encoders (pure functions).
+"""Patch-grid helpers shared by the vision and video encoders (pure functions).
 
 Axis order, stated once: positions carry ``(row, col)``; the fixed 2D
 embeddings put the **column** in the first half of the channels and the row in
@@ -18,6 +18,14 @@ def split_coords(coords: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         raise ValueError(f"2D positions need a trailing (row, col) axis, got shape {tuple(coords.shape)}")
     coords = coords.float()
     return coords[..., 0], coords[..., 1]
+
+
+def split_coords3d(coords: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``[..., L, 3]`` (t, row, col) -> (t, rows, cols), each ``[..., L]`` float: a video patch's frame and cell."""
+    if coords.dim() < 2 or coords.shape[-1] != 3:
+        raise ValueError(f"3D positions need a trailing (t, row, col) axis, got shape {tuple(coords.shape)}")
+    coords = coords.float()
+    return coords[..., 0], coords[..., 1], coords[..., 2]
 
 
 def grid_coordinates(grid: tuple[int, int], device: torch.device | str | None = None) -> torch.Tensor:

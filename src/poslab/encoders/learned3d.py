@@ -18,9 +18,8 @@ import torch
 from torch import nn
 
 from poslab.encoders.base import PositionEncoder
-from poslab.encoders.grid import sample_grid_table
+from poslab.encoders.grid import sample_grid_table, split_coords3d
 from poslab.encoders.registry import register_encoder
-from poslab.encoders.sincos3d import split_coords3d
 from poslab.errors import PoslabError
 from poslab.positions import Positions, readable
 

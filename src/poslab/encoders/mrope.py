@@ -25,8 +25,9 @@ import math
 import torch
 
 from poslab.encoders.base import PositionEncoder
+from poslab.encoders.grid import split_coords3d
 from poslab.encoders.registry import register_encoder
-from poslab.encoders.rotary import LAYOUTS, LastInputCache, Layout, apply_cos_sin, per_token_angles
+from poslab.encoders.rotary import LAYOUTS, LastInputCache, Layout, rotate_cached
 from poslab.errors import ConfigError
 
 #: Axis numbers of a ``coords3d`` row: (t, row, col).
@@ -41,13 +42,6 @@ def qwen2vl_sections(pairs: int) -> list[int]:
     """
     spatial = 3 * pairs // 8
     return [pairs - 2 * spatial, spatial, spatial]
-
-
-def split_coords3d(coords: torch.Tensor) -> torch.Tensor:
-    """Check the trailing (t, row, col) axis of ``[..., L, 3]`` positions."""
-    if coords.dim() < 2 or coords.shape[-1] != 3:
-        raise ValueError(f"video positions need a trailing (t, row, col) axis, got shape {tuple(coords.shape)}")
-    return coords
 
 
 class AxisRoPE3D(PositionEncoder):
@@ -84,17 +78,12 @@ class AxisRoPE3D(PositionEncoder):
 
     def angles(self, coords: torch.Tensor) -> torch.Tensor:
         """``[..., L, 3] -> [..., L, Dh/2]`` angles, float64 reduced mod 2π, returned float32 (as rotary.py)."""
-        pos = self.positions3d(split_coords3d(coords).to(torch.float64))
+        pos = self.positions3d(torch.stack(split_coords3d(coords), dim=-1).to(torch.float64))
         per_pair = pos.index_select(-1, self.axis_of_pair.to(pos.device))
         return torch.remainder(per_pair * self.inv_freq.to(pos.device), 2 * math.pi).float()
 
     def rotate(self, x, pos):
-        def cos_sin(coords):
-            angles = per_token_angles(self.angles(coords.to(x.device)))
-            return angles.cos(), angles.sin()
-
-        cos, sin = self._cos_sin.get(self.field(pos), cos_sin)
-        return apply_cos_sin(x, cos, sin, self.layout)
+        return rotate_cached(self._cos_sin, x, self.field(pos), self.angles, self.layout)
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, base={self.base}, layout={self.layout}"

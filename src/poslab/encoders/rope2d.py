@@ -14,7 +14,7 @@ import torch
 from poslab.encoders.base import PositionEncoder
 from poslab.encoders.grid import split_coords
 from poslab.encoders.registry import register_encoder
-from poslab.encoders.rotary import LastInputCache, Layout, apply_cos_sin, per_token_angles, rotation_angles
+from poslab.encoders.rotary import LastInputCache, Layout, rotate_cached, rotation_angles
 from poslab.errors import ConfigError
 
 
@@ -39,12 +39,7 @@ class AxialRoPE2D(PositionEncoder):
         return torch.cat((rotation_angles(cols, self.inv_freq), rotation_angles(rows, self.inv_freq)), dim=-1)
 
     def rotate(self, x, pos):
-        def cos_sin(coords):
-            angles = per_token_angles(self.angles(coords.to(x.device)))
-            return angles.cos(), angles.sin()
-
-        cos, sin = self._cos_sin.get(self.field(pos), cos_sin)
-        return apply_cos_sin(x, cos, sin, self.layout)
+        return rotate_cached(self._cos_sin, x, self.field(pos), self.angles, self.layout)
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, base={self.base}, layout={self.layout}"

@@ -15,9 +15,9 @@ from __future__ import annotations
 import torch
 
 from poslab.encoders.base import PositionEncoder
+from poslab.encoders.grid import split_coords3d
 from poslab.encoders.registry import register_encoder
-from poslab.encoders.rotary import LAYOUTS, LastInputCache, Layout, apply_cos_sin, per_token_angles, rotation_angles
-from poslab.encoders.sincos3d import split_coords3d
+from poslab.encoders.rotary import LAYOUTS, LastInputCache, Layout, rotate_cached, rotation_angles
 from poslab.errors import ConfigError
 
 
@@ -73,12 +73,7 @@ class AxialRoPE3D(PositionEncoder):
         )
 
     def rotate(self, x, pos):
-        def cos_sin(coords):
-            angles = per_token_angles(self.angles(coords.to(x.device)))
-            return angles.cos(), angles.sin()
-
-        cos, sin = self._cos_sin.get(self.field(pos), cos_sin)
-        return apply_cos_sin(x, cos, sin, self.layout)
+        return rotate_cached(self._cos_sin, x, self.field(pos), self.angles, self.layout)
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, base={self.base}, layout={self.layout}, sections={list(self.sections)}"

@@ -68,6 +68,18 @@ def per_token_angles(angles: torch.Tensor) -> torch.Tensor:
     return angles.unsqueeze(-3) if angles.dim() == 3 else angles
 
 
+def rotate_cached(cache: LastInputCache, x: torch.Tensor, positions: torch.Tensor, angles_of, layout: Layout):
+    """``x`` rotated by ``angles_of(positions)`` (``[..., L, R]``); cos / sin are computed once per positions
+    tensor (``cache``), so the layers of one forward pass share them. For fixed frequencies only."""
+
+    def cos_sin(source: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        angles = per_token_angles(angles_of(source.to(x.device)))
+        return angles.cos(), angles.sin()
+
+    cos, sin = cache.get(positions, cos_sin)
+    return apply_cos_sin(x, cos, sin, layout)
+
+
 class LastInputCache:
     """Remembers ``compute(t)`` for the last tensor ``t`` it was given.
 

@@ -15,17 +15,9 @@ from __future__ import annotations
 import torch
 
 from poslab.encoders.base import PositionEncoder
-from poslab.encoders.grid import sincos_1d
+from poslab.encoders.grid import sincos_1d, split_coords3d
 from poslab.encoders.registry import register_encoder
 from poslab.errors import ConfigError
-
-
-def split_coords3d(coords: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """``[..., L, 3]`` (t, row, col) -> (t, rows, cols), each ``[..., L]`` float."""
-    if coords.shape[-1] != 3:
-        raise ValueError(f"3D positions need a trailing (t, row, col) axis, got shape {tuple(coords.shape)}")
-    coords = coords.float()
-    return coords[..., 0], coords[..., 1], coords[..., 2]
 
 
 @register_encoder("sincos3d")

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from poslab.errors import ConfigError, did_you_mean
+from poslab.schema import EvalConfig
 
 #: "module:attribute", or the object itself.
 Ref = Any
@@ -62,7 +63,7 @@ class Modality:
     tasks: Mapping[str, Ref]  # task.name -> LightningModule class
     datamodule: Ref  # the data module of every data.name not in ``datamodules``
     datamodules: Mapping[str, Ref] = field(default_factory=dict)  # data.name -> a data module of its own
-    eval: type | None = None  # None: poslab.schema.EvalConfig
+    eval: type = EvalConfig  # the eval.* keys every run has; a modality's probes extend it
     ranges: Mapping[str, Any] = field(default_factory=dict)
     check: Callable[[Any], str | None] | None = None
     headline: tuple[str, ...] = ()  # metrics a report's table leads with, in order
