@@ -69,12 +69,15 @@ def test_time_ratios_are_taken_within_each_round():
     assert round_ratios(samples, reference="t5")["none"] == pytest.approx(100 / 110)  # 0.909, 1.667, 0.606
 
 
-def test_peak_memory_grows_with_the_sequence_and_a_fresh_process_reads_the_same():
+def test_peak_memory_grows_with_the_sequence_and_fresh_processes_read_the_same():
     small, large = peak_memory_child("none", TINY), peak_memory_child("none", replace(TINY, length=256))
     assert large > 2 * small > 0  # activations grow with L (attention with L²)
-    # at a size where activations dominate (sub-MB peaks move with the heap's state)
+    # The bench measures in a fresh process because an in-process reading depends on what ran before
+    # (global torch settings such as deterministic algorithms, the heap's state): two fresh processes
+    # agree, at a size where activations dominate (sub-MB peaks move with the heap's state).
     longer = replace(TINY, length=256)
-    assert peak_memory("alibi", longer) == pytest.approx(peak_memory_child("alibi", longer), rel=0.3)
+    first, second = peak_memory("alibi", longer), peak_memory("alibi", longer)
+    assert first > 0.5 and first == pytest.approx(second, rel=0.1)
 
 
 def test_targets_name_registered_encoders():

@@ -13,6 +13,7 @@ was in use before the step.
 
 from __future__ import annotations
 
+import gc
 import json
 import statistics
 import subprocess
@@ -140,11 +141,16 @@ def peak_memory_child(name: str, cfg: BenchConfig) -> float:
 
     hooks = [m.register_forward_hook(sample) for m in model.modules()]
     hooks += [m.register_full_backward_hook(sample) for m in model.modules() if next(m.children(), None) is None]
+    gc.collect()  # garbage left by earlier work is freed now, not in the middle of the measured step
+    gc.disable()
     base = heap_in_use()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # full backward hooks on modules whose inputs need no grad
-        step()
-    sample()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # full backward hooks on modules whose inputs need no grad
+            step()
+        sample()
+    finally:
+        gc.enable()
     for hook in hooks:
         hook.remove()
     return (max(samples) - base) / 2**20
