@@ -19,7 +19,7 @@ PYTEST    = $(BIN)/python -m pytest
 RUN_PYTEST = rc=0; $(PYTEST) $(1) || rc=$$?; if [ $$rc -eq 5 ]; then echo "pytest collected no tests" >&2; exit 1; fi; exit $$rc
 
 .DEFAULT_GOAL := help
-.PHONY: help install test test-slow test-all lint train eval compare report bench gpu-check sweep new-encoder clean
+.PHONY: help install test test-slow test-all lint train eval compare report bench gpu-check sweep new-encoder new-dataset clean
 
 help: ## list targets, modalities and encoders
 	@echo "poslab — position encoders compared on text, image patches and time series"
@@ -76,6 +76,10 @@ sweep: ## print a W&B grid sweep of what `make compare` would run: MODALITY=text
 new-encoder: ## stub files for a new encoder: NAME=cope HOOK=encode_input|rotate|attention_bias|relative_bias [READS=steps]
 	@test -n "$(NAME)" -a -n "$(HOOK)" || { echo "make new-encoder needs NAME=<name> HOOK=<hook>" >&2; exit 2; }
 	$(BIN)/poslab new encoder $(NAME) --hook $(HOOK) $(if $(READS),--reads $(READS))
+
+new-dataset: ## stub files for a new data source: NAME=sonnets MODALITY=text (any modality that reads datasets)
+	@test -n "$(NAME)" || { echo "make new-dataset needs NAME=<name> [MODALITY=<modality>]" >&2; exit 2; }
+	$(BIN)/poslab new dataset $(NAME) --modality $(MODALITY)
 
 clean: ## remove runs, W&B files, reports and caches (keeps .venv and data/)
 	rm -rf runs wandb reports lightning_logs .pytest_cache

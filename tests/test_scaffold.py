@@ -9,7 +9,7 @@ import yaml
 
 from poslab.encoders import registry
 from poslab.errors import ConfigError
-from poslab.scaffold import HOOKS, new_encoder
+from poslab.scaffold import HOOKS, new_dataset, new_encoder
 
 
 def _load(path):
@@ -68,4 +68,49 @@ def test_the_cli_and_make_target_write_the_files(tmp_path, capsys):
     out = capsys.readouterr().out
     assert out.count("wrote ") == 3 and "kerple_like" in out
     assert main(["new", "encoder", "kerple_like", "--hook", "rotate", "--root", str(tmp_path)]) == 2
+    assert capsys.readouterr().err.startswith("poslab new: error:")
+
+
+@pytest.mark.parametrize("modality", ["text", "timeseries", "vision"])
+def test_the_dataset_stub_registers_and_its_loader_sample_and_test_fail_until_written(modality, tmp_path):
+    from poslab.config import compose
+    from poslab.data.sources import source_modules
+
+    package = source_modules()[modality]
+    source_file, test_file = new_dataset("stub_data", modality, root=tmp_path)
+    assert source_file == tmp_path / "src" / "poslab" / "modalities" / modality / "sources" / "stub_data.py"
+    try:
+        _load(source_file)
+        assert "stub_data" in package.SOURCES and "stub_data" in package.SAMPLES
+        with pytest.raises(NotImplementedError, match="stub_data: write load_stub_data"):
+            source = package.SOURCES["stub_data"]
+            getattr(source, "load", source)(tmp_path, False)
+        with pytest.raises(NotImplementedError, match="stub_data: write sample_stub_data"):
+            package.SAMPLES["stub_data"](tmp_path)
+        with pytest.raises(NotImplementedError, match="stub_data: write sample_stub_data"):
+            _load(test_file).test_stub_data_reads_the_values_its_file_holds(tmp_path, None)
+        # the config accepts the new name: the data.name choices are the registry's
+        assert compose([f"modality={modality}", "data=stub_data"]).data.name == "stub_data"
+    finally:
+        package.SOURCES.pop("stub_data", None)
+        package.SAMPLES.pop("stub_data", None)
+    assert "<what it holds, who made it, its licence" in source_file.read_text()
+
+
+def test_bad_dataset_requests_are_one_line_and_write_nothing(tmp_path):
+    with pytest.raises(ConfigError, match="text dataset 'wikitext2' exists already"):
+        new_dataset("wikitext2", "text", root=tmp_path)
+    with pytest.raises(ConfigError, match="modality 'video' reads no datasets; valid: text, timeseries, vision"):
+        new_dataset("mine", "video", root=tmp_path)
+    with pytest.raises(ConfigError, match="dataset name 'My-Data': lower-case"):
+        new_dataset("My-Data", "text", root=tmp_path)
+    assert not list(tmp_path.rglob("*.py"))
+
+
+def test_the_cli_writes_the_dataset_files(tmp_path, capsys):
+    from poslab.cli import main
+
+    assert main(["new", "dataset", "cli_stub_data", "--modality", "text", "--root", str(tmp_path)]) == 0
+    assert capsys.readouterr().out.count("wrote ") == 2
+    assert main(["new", "dataset", "cli_stub_data", "--modality", "text", "--root", str(tmp_path)]) == 2
     assert capsys.readouterr().err.startswith("poslab new: error:")

@@ -58,7 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
     # bench parses its own options (--lengths, --batch, ...): main() hands them over untouched
     sub.add_parser("bench", help="time and memory of each 1D encoder against none (--lengths, --batch, ...)")
     sub.add_parser("show", help="draw what an encoder does: ENCODER [key=value ...] [--modality --length --out --json]")
-    sub.add_parser("new", help="stub files for a new encoder: encoder NAME --hook HOOK [--reads FIELD]")
+    sub.add_parser("new", help="stub files: encoder NAME --hook HOOK [--reads F] | dataset NAME --modality M")
     sub.add_parser("sweep", help="print a W&B grid sweep: modality=M [experiment=X] [encoders=[a,b]] [seeds=N]")
     return parser
 

@@ -1,11 +1,18 @@
-"""``poslab new encoder NAME --hook HOOK``: the files a new encoder needs, as stubs to fill in.
+"""``poslab new encoder|dataset``: the files a new encoder or dataset needs, as stubs to fill in.
 
-Writes ``src/poslab/encoders/<name>.py`` (the class with the hook to write and
-a docstring asking for its paper and equation), ``configs/encoder/<name>.yaml``
-and ``tests/encoders/test_<name>.py`` (a golden-value test that fails until
-the paper's values are written into it). The registry, the config validation
-and the parametrized tests pick the encoder up with no other edit; until its
-hook is written they fail on it, naming it. Nothing is overwritten.
+``new encoder NAME --hook HOOK`` writes ``src/poslab/encoders/<name>.py`` (the
+class with the hook to write and a docstring asking for its paper and
+equation), ``configs/encoder/<name>.yaml`` and ``tests/encoders/test_<name>.py``
+(a golden-value test that fails until the paper's values are written into it).
+
+``new dataset NAME --modality MODALITY`` writes
+``src/poslab/modalities/<modality>/sources/<name>.py`` (the loader and the
+writer of a tiny sample of its files) and ``tests/data/test_<name>.py`` (a
+known-values test that fails until written).
+
+The registries, the config validation and the parametrized tests pick either
+up with no other edit; until the stubs are written they fail on them, naming
+them. Nothing is overwritten.
 """
 
 from __future__ import annotations
@@ -14,6 +21,8 @@ import keyword
 import re
 import sys
 from pathlib import Path
+
+from poslab.errors import ConfigError
 
 #: hook -> (the method to write, its signature, what it returns)
 HOOKS = {
@@ -70,6 +79,99 @@ def test_{name}_golden_values():
 '''
 
 
+DATASET = '''"""``{name}`` ({modality} data): <what it holds, who made it, its licence, the paper to cite>.
+
+Split: <how train / validation / test are cut, and why (the dataset's own convention if it has one)>.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from poslab.data.downloads import fetch
+from poslab.modalities.{modality}.sources import SAMPLES, SOURCES, {imports}
+
+#: Where the file lives and its SHA-256: fetch() downloads it into data.root atomically and checks it.
+URL = ("https://<where the file lives>", "<its sha256>")
+
+
+def load_{name}(root: Path, download: bool, path: str | None = None) -> {result}:
+    """Returns {returns}."""
+    # file = fetch(URL[0], Path(root) / "<file name>", URL[1], download)
+    raise NotImplementedError("{name}: write load_{name} (README, 'Add a dataset')")
+
+
+def sample_{name}(root: Path) -> list[str]:
+    """Writes a tiny copy of the files load_{name} reads into ``root`` (every test runs the loader on it, never
+    the network); returns the config overrides that read it, e.g. ``["data.path=…"]``, often none."""
+    raise NotImplementedError("{name}: write sample_{name} (README, 'Add a dataset')")
+
+
+{register}
+SAMPLES["{name}"] = sample_{name}
+'''
+
+DATASET_TEST = '''"""``{name}``: what its loader must get right, on files the test writes (never the network)."""
+
+from __future__ import annotations
+
+from poslab.modalities.{modality}.sources import SAMPLES, SOURCES
+
+
+def test_{name}_reads_the_values_its_file_holds(tmp_path, accept_any_checksum):
+    SAMPLES["{name}"](tmp_path)
+    source = SOURCES["{name}"]
+    loaded = getattr(source, "load", source)(tmp_path, download=False)
+    golden = None  # values the file is known to hold: a first row, the split sizes, a checksum's refusal…
+    assert golden is not None, "{name}: write the values the loader must return into this test"
+    assert loaded == golden  # replace with the comparison that fits what the loader returns
+'''
+
+
+def new_dataset(name: str, modality: str, root: Path | str = ".") -> list[Path]:
+    """Write the two files for data source ``name`` of ``modality`` under ``root``; a one-line error for a bad
+    name, a modality without data sources or a name taken (nothing is written then)."""
+    from poslab.data.sources import source_modules
+
+    _check_name(name, "dataset")
+    packages = source_modules()
+    if modality not in packages:
+        raise ConfigError(f"modality '{modality}' reads no datasets; valid: {', '.join(packages)}")
+    package = packages[modality]
+    if name in package.SOURCES:
+        raise ConfigError(f"{modality} dataset '{name}' exists already; pick another name")
+    imports = package.STUB_IMPORTS
+    stub = DATASET.format(
+        name=name, modality=modality, imports=imports, result=imports.split(",")[0], returns=package.RETURNS,
+        register=package.REGISTER.format(name=name),
+    )  # fmt: skip
+    root = Path(root)
+    return _write(
+        {
+            root / "src" / "poslab" / "modalities" / modality / "sources" / f"{name}.py": stub,
+            root / "tests" / "data" / f"test_{name}.py": DATASET_TEST.format(name=name, modality=modality),
+        }
+    )
+
+
+def _check_name(name: str, kind: str) -> None:
+
+    if not re.fullmatch(r"[a-z][a-z0-9_]*", name) or keyword.iskeyword(name):
+        raise ConfigError(f"{kind} name '{name}': lower-case letters, digits and _ , starting with a letter")
+
+
+def _write(files: dict[Path, str]) -> list[Path]:
+    """Every file or none: a name that exists already stops before anything is written."""
+
+    taken = [str(p) for p in files if p.exists()]
+    if taken:
+        raise ConfigError(f"{taken[0]} exists already; nothing written")
+    for path, text in files.items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return list(files)
+
+
 def class_name(name: str) -> str:
     return "".join(part.capitalize() for part in name.split("_")) or "Encoder"
 
@@ -78,11 +180,9 @@ def new_encoder(name: str, hook: str, reads: str = "steps", root: Path | str = "
     """Write the three files for encoder ``name`` under ``root``; a one-line error for a bad name, an unknown
     hook or field, or a file that exists already (nothing is written then)."""
     from poslab.encoders import available_encoders
-    from poslab.errors import ConfigError
     from poslab.positions import POSITION_FIELDS
 
-    if not re.fullmatch(r"[a-z][a-z0-9_]*", name) or keyword.iskeyword(name):
-        raise ConfigError(f"encoder name '{name}': lower-case letters, digits and _ , starting with a letter")
+    _check_name(name, "encoder")
     if name in available_encoders():
         raise ConfigError(f"encoder '{name}' exists already; pick another name")
     if hook not in HOOKS:
@@ -95,13 +195,7 @@ def new_encoder(name: str, hook: str, reads: str = "steps", root: Path | str = "
         root / "configs" / "encoder" / f"{name}.yaml": CONFIG.format(name=name),
         root / "tests" / "encoders" / f"test_{name}.py": TEST.format(name=name),
     }
-    taken = [str(p) for p in files if p.exists()]
-    if taken:
-        raise ConfigError(f"{taken[0]} exists already; nothing written")
-    for path, text in files.items():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-    return list(files)
+    return _write(files)
 
 
 def _encoder(name: str, hook: str, reads: str) -> str:
@@ -124,18 +218,28 @@ def main(argv: list[str] | None = None) -> int:
     from poslab.errors import PoslabError
 
     parser = argparse.ArgumentParser(prog="poslab new", description=__doc__.splitlines()[0])
-    parser.add_argument("kind", choices=["encoder"], help="what to create")
-    parser.add_argument("name", help="the encoder's registered name, e.g. kerple")
-    parser.add_argument("--hook", required=True, choices=list(HOOKS), help="the hook it overrides")
-    parser.add_argument("--reads", default="steps", help="the Positions field it reads (default: steps)")
-    parser.add_argument("--root", type=Path, default=Path("."), help="the repository root (default: .)")
+    kinds = parser.add_subparsers(dest="kind", required=True, metavar="{encoder,dataset}")
+    encoder = kinds.add_parser("encoder", help="an encoder: NAME --hook HOOK [--reads FIELD]")
+    encoder.add_argument("name", help="the encoder's registered name, e.g. kerple")
+    encoder.add_argument("--hook", required=True, choices=list(HOOKS), help="the hook it overrides")
+    encoder.add_argument("--reads", default="steps", help="the Positions field it reads (default: steps)")
+    dataset = kinds.add_parser("dataset", help="a data source: NAME --modality MODALITY")
+    dataset.add_argument("name", help="its data.name, e.g. sonnets")
+    dataset.add_argument("--modality", required=True, help="the modality whose data it is")
+    for sub in (encoder, dataset):
+        sub.add_argument("--root", type=Path, default=Path("."), help="the repository root (default: .)")
     args = parser.parse_args(argv)
     try:
-        written = new_encoder(args.name, args.hook, args.reads, args.root)
+        if args.kind == "encoder":
+            written = new_encoder(args.name, args.hook, args.reads, args.root)
+            after = f"write the hook and its golden test, then `make test` (poslab list shows '{args.name}')"
+        else:
+            written = new_dataset(args.name, args.modality, args.root)
+            after = f"write the loader, its sample and its test, then `make test` (data={args.name} trains on it)"
     except PoslabError as exc:
         print(f"poslab new: error: {exc}", file=sys.stderr)
         return 2
     for path in written:
         print(f"wrote {path}")
-    print(f"next: write the hook and its golden test, then `make test` (poslab list shows '{args.name}')")
+    print(f"next: {after}")
     return 0

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import struct
-
 import numpy as np
 import pytest
 import torch
@@ -11,6 +9,7 @@ import torch
 from poslab.config import compose
 from poslab.errors import DataError
 from poslab.modalities.vision.data import VisionDataModule, patch_coordinates, random_affine
+from poslab.modalities.vision.sources import write_idx
 
 
 @pytest.fixture
@@ -102,12 +101,6 @@ def test_augmentation_is_random_per_image_and_keeps_shape():
     torch.testing.assert_close(random_affine(x, 0, 0, 0), x, atol=1e-5, rtol=0)
 
 
-def _write_idx(path, array: np.ndarray) -> None:
-    """MNIST's IDX format (big-endian dims after a magic number), gzip-free."""
-    header = struct.pack(">HBB", 0, 0x08, array.ndim) + struct.pack(f">{array.ndim}I", *array.shape)
-    path.write_bytes(header + array.astype(np.uint8).tobytes())
-
-
 @pytest.mark.parametrize(("name", "folder"), [("mnist", "MNIST"), ("fashion_mnist", "FashionMNIST")])
 def test_torchvision_dataset_from_a_prefilled_root(tmp_path, name, folder):
     """A root that already holds the files is used as is: no download."""
@@ -115,8 +108,8 @@ def test_torchvision_dataset_from_a_prefilled_root(tmp_path, name, folder):
     raw.mkdir(parents=True)
     rng = np.random.default_rng(0)
     for split, n in (("train", 60), ("t10k", 20)):
-        _write_idx(raw / f"{split}-images-idx3-ubyte", rng.integers(0, 255, (n, 28, 28)))
-        _write_idx(raw / f"{split}-labels-idx1-ubyte", np.arange(n) % 10)
+        write_idx(raw / f"{split}-images-idx3-ubyte", rng.integers(0, 255, (n, 28, 28)))
+        write_idx(raw / f"{split}-labels-idx1-ubyte", np.arange(n) % 10)
     cfg = compose([f"data={name}", f"data.root={tmp_path}", "data.val_size=10"]).data
     dm = VisionDataModule(cfg)
     dm.prepare_data()  # would raise (no network) if it tried to download

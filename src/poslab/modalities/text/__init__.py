@@ -1,6 +1,6 @@
 """Text: a small causal transformer on characters (and synthetic sequence tasks); positions are step indices.
 
-Files: ``sources.py`` (corpora), ``data.py`` (the corpus data module),
+Files: ``sources/`` (corpora), ``data.py`` (the corpus data module),
 ``sequence_tasks.py`` / ``sequence.py`` (copy, reverse, associative recall and
 their data module), ``model.py`` (the causal LM), ``task.py`` /
 ``sequence_task.py`` (the tasks), ``lengen.py`` + ``callbacks.py`` (the length

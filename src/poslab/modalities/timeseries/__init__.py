@@ -1,6 +1,6 @@
 """Time series: a forecaster over past values; positions are step indices and timestamps.
 
-Files: ``sources.py`` (datasets), ``data.py`` (windows and their timestamps),
+Files: ``sources/`` (datasets), ``data.py`` (windows and their timestamps),
 ``model.py`` (the forecaster's layouts), ``task.py`` (the forecasting task),
 ``baselines.py`` / ``probes.py`` + ``callbacks.py`` (baselines, error by
 horizon and weekday x hour, the irregular-sampling probe), ``report.py`` (its

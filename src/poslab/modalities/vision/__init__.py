@@ -1,6 +1,6 @@
 """Vision: a small ViT classifying images; positions are (row, col) patch coordinates.
 
-Files: ``sources.py`` (datasets), ``data.py`` (the data module), ``model.py``
+Files: ``sources/`` (datasets), ``data.py`` (the data module), ``model.py``
 (the ViT), ``task.py`` (the classifier), ``callbacks.py`` (accuracy at other
 image sizes), ``report.py`` (its report figures), ``show.py`` (what ``poslab
 show`` draws), ``schema.py`` (its config keys). Config: ``configs/modality/vision.yaml``.

@@ -5,12 +5,16 @@ Each source returns ``(train_x, train_y, test_x, test_y)`` with images as
 test split (then the data module carves one out of the training images).
 Loading everything into memory once is what makes a CPU epoch take seconds:
 no per-sample PIL transforms, no worker processes.
+
+A module added to this package registers one more source (``make new-dataset``);
+``SAMPLES`` writes a tiny copy of each source's files for the tests.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+import struct
 import tempfile
 import zipfile
 from collections.abc import Callable
@@ -20,6 +24,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from poslab.data.sources import discover
 from poslab.errors import DataError
 from poslab.rundir import shareable
 
@@ -129,6 +134,42 @@ def _download_atomically(cls, root: Path) -> None:
         os.replace(staged, target)
 
 
+def write_idx(path: Path, array: np.ndarray) -> None:
+    """MNIST's IDX format (big-endian dims after a magic number), gzip-free."""
+    header = struct.pack(">HBB", 0, 0x08, array.ndim) + struct.pack(f">{array.ndim}I", *array.shape)
+    path.write_bytes(header + array.astype(np.uint8).tobytes())
+
+
+def _sample_idx(folder: str, train: int = 600, test: int = 100) -> Callable[[Path], list[str]]:
+    """torchvision's MNIST-family layout: ``<root>/<folder>/raw/{train,t10k}-{images-idx3,labels-idx1}-ubyte``."""
+
+    def sample(root: Path) -> list[str]:
+        raw = root / folder / "raw"
+        raw.mkdir(parents=True, exist_ok=True)
+        rng = np.random.default_rng(0)
+        for split, n in (("train", train), ("t10k", test)):
+            write_idx(raw / f"{split}-images-idx3-ubyte", rng.integers(0, 255, (n, 28, 28)))
+            write_idx(raw / f"{split}-labels-idx1-ubyte", np.arange(n) % 10)
+        return []
+
+    return sample
+
+
+def sample_cifar10(root: Path, per_batch: int = 120, test: int = 100) -> list[str]:
+    """torchvision's CIFAR-10 layout: five pickled training batches, a test batch and the label names."""
+    import pickle
+
+    folder = root / "cifar-10-batches-py"
+    folder.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(0)
+    batches = {f"data_batch_{i}": per_batch for i in range(1, 6)} | {"test_batch": test}
+    for name, n in batches.items():
+        entry = {"data": rng.integers(0, 255, (n, 3 * 32 * 32), dtype=np.uint8), "labels": list(np.arange(n) % 10)}
+        (folder / name).write_bytes(pickle.dumps(entry))
+    (folder / "batches.meta").write_bytes(pickle.dumps({"label_names": list(SOURCES["cifar10"].classes)}))
+    return ["data.patch_size=8"]  # 32 px images
+
+
 SOURCES: dict[str, ImageSource] = {
     "mnist5k": ImageSource(load_mnist5k, 1, 28, DIGITS, (0.1307,), (0.3081,)),
     "mnist": ImageSource(_torchvision("MNIST"), 1, 28, DIGITS, (0.1307,), (0.3081,)),
@@ -149,3 +190,21 @@ SOURCES: dict[str, ImageSource] = {
         (0.2470, 0.2435, 0.2616),
     ),
 }
+#: name -> ``sample(root)``: writes a tiny copy of what the loader reads into ``root`` (nothing for the
+#: embedded digits) and returns the config overrides that read it (``data.path=…``), often none.
+#: Checksums (ours and torchvision's) cannot match a sample; the tests that use it accept any.
+SAMPLES: dict[str, Callable[[Path], list[str]]] = {
+    "mnist5k": lambda root: [],
+    "mnist": _sample_idx("MNIST"),
+    "fashion_mnist": _sample_idx("FashionMNIST"),
+    "cifar10": sample_cifar10,
+}
+#: What a loader returns and how a new source registers (``make new-dataset`` writes these into its stub).
+STUB_IMPORTS = "Arrays, ImageSource"
+RETURNS = "(train_x, train_y, test_x, test_y): uint8 images [N, C, H, W] and int64 labels; test_x None if no test split"
+REGISTER = (
+    'SOURCES["{name}"] = ImageSource(load_{name}, channels=1, size=28, classes=tuple("0123456789"), '
+    "mean=(0.5,), std=(0.5,))"
+)
+
+discover(__name__, __path__)

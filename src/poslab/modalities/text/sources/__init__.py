@@ -11,6 +11,9 @@
   the official train / valid / test files.
 * ``textfile``: your own UTF-8 file (``data.path``): first 90 % train, next 5 %
   validation, last 5 % test.
+
+A module added to this package registers one more source (``make new-dataset``);
+``SAMPLES`` writes a tiny copy of each source's files for the tests.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from poslab.data.downloads import fetch
+from poslab.data.sources import discover
 from poslab.errors import DataError
 
 
@@ -113,9 +117,53 @@ def load_textfile(root: Path, download: bool, path: str | None = None) -> TextSp
     return TextSplits(text[:a], text[a:b], text[b:])
 
 
+def sample_text(chars: int = 30_000, seed: int = 0) -> str:
+    """Seeded lines of words: a stand-in corpus with line breaks and punctuation."""
+    import random
+
+    rng = random.Random(seed)
+    words = ["the", "king", "shall", "speak", "to", "thee", "my", "lord", "and", "what", "is", "love", "o", "night"]
+    lines = [
+        " ".join(rng.choice(words) for _ in range(rng.randint(3, 9))).capitalize() + "." for _ in range(chars // 20)
+    ]
+    return "\n".join(lines)[:chars]
+
+
+def sample_tinyshakespeare(root: Path) -> list[str]:
+    (root / "tinyshakespeare.txt").write_text(sample_text(), encoding="utf-8")
+    return []
+
+
+def sample_wikitext2(root: Path) -> list[str]:
+    with zipfile.ZipFile(root / "wikitext-2-raw-v1.zip", "w") as archive:
+        for i, split in enumerate(("train", "valid", "test")):
+            archive.writestr(f"wikitext-2-raw/wiki.{split}.raw", sample_text(30_000 if split == "train" else 6_000, i))
+    return []
+
+
+def sample_textfile(root: Path) -> list[str]:
+    path = root / "sample.txt"
+    path.write_text(sample_text(), encoding="utf-8")
+    return [f"data.path={path}"]
+
+
 SOURCES: dict[str, Callable[..., TextSplits]] = {
     "shakespeare": load_shakespeare,
     "tinyshakespeare": load_tinyshakespeare,
     "wikitext2": load_wikitext2,
     "textfile": load_textfile,
 }
+#: name -> ``sample(root)``: writes a tiny copy of what the loader reads into ``root`` (nothing for an
+#: embedded corpus) and returns the config overrides that read it (``data.path=…``), often none.
+SAMPLES: dict[str, Callable[[Path], list[str]]] = {
+    "shakespeare": lambda root: [],
+    "tinyshakespeare": sample_tinyshakespeare,
+    "wikitext2": sample_wikitext2,
+    "textfile": sample_textfile,
+}
+#: What a loader returns and how a new source registers (``make new-dataset`` writes these into its stub).
+STUB_IMPORTS = "TextSplits"
+RETURNS = "TextSplits(train, val, test): three strings, the held-out ones unseen in training"
+REGISTER = 'SOURCES["{name}"] = load_{name}'
+
+discover(__name__, __path__)

@@ -13,6 +13,9 @@
 
 Borders are where each split's *targets* start; a window may look back across
 a border (val starts at 8640 − lookback), as in Time-Series-Library.
+
+A module added to this package registers one more source (``make new-dataset``);
+``SAMPLES`` writes a tiny copy of each source's files for the tests.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from poslab.data.downloads import fetch
+from poslab.data.sources import discover
 from poslab.errors import DataError, first_line
 
 ETT_URL = "https://raw.githubusercontent.com/zhouhaoyi/ETDataset/main/ETT-small/{name}.csv"
@@ -116,9 +120,43 @@ def _read_csv(path: Path, borders_of: Callable[[int], tuple[int, int, int]]) -> 
     return Series(values, times, tuple(frame.columns), int(steps[0]), borders)
 
 
+def write_sample_csv(path: Path, rows: int, freq: str, columns: tuple[str, ...] = ("y",), seed: int = 0) -> Path:
+    """A daily-periodic series with noise, in the ETT layout (a ``date`` column, then the values)."""
+    import pandas as pd
+
+    dates = pd.date_range("2016-07-01 00:00", periods=rows, freq=freq)
+    rng = np.random.default_rng(seed)
+    daily = np.sin(2 * np.pi * (dates.hour + dates.minute / 60) / 24)
+    frame = {c: daily + 0.1 * rng.normal(size=rows) for c in columns}
+    pd.DataFrame({"date": dates.strftime("%Y-%m-%d %H:%M:%S"), **frame}).to_csv(path, index=False)
+    return path
+
+
+def _sample_ett(name: str, rows_per_month: int, freq: str) -> Callable[[Path], list[str]]:
+    def sample(root: Path) -> list[str]:  # the Informer split needs all 20 months
+        write_sample_csv(root / f"{name}.csv", 20 * 30 * rows_per_month, freq, ETT_COLUMNS)
+        return []
+
+    return sample
+
+
 SOURCES: dict[str, Callable[..., Series]] = {
     "taylor": load_taylor,
     "etth1": _load_ett("ETTh1", 24),
     "ettm1": _load_ett("ETTm1", 24 * 4),
     "csvfile": load_csvfile,
 }
+#: name -> ``sample(root)``: writes a tiny copy of what the loader reads into ``root`` (nothing for an
+#: embedded series) and returns the config overrides that read it (``data.path=…``), often none.
+SAMPLES: dict[str, Callable[[Path], list[str]]] = {
+    "taylor": lambda root: [],
+    "etth1": _sample_ett("ETTh1", 24, "h"),
+    "ettm1": _sample_ett("ETTm1", 24 * 4, "15min"),
+    "csvfile": lambda root: [f"data.path={write_sample_csv(root / 'sample.csv', 2_000, 'h')}"],
+}
+#: What a loader returns and how a new source registers (``make new-dataset`` writes these into its stub).
+STUB_IMPORTS = "Series"
+RETURNS = "a Series(values [T, C], Unix-second times [T], columns, step_seconds, split borders)"
+REGISTER = 'SOURCES["{name}"] = load_{name}'
+
+discover(__name__, __path__)

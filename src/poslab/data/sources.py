@@ -1,0 +1,37 @@
+"""Data sources are found the way encoders are: one file each, no list to edit.
+
+A modality that reads datasets has a ``sources`` package holding two dicts:
+``SOURCES`` (name -> loader, ``load(root, download, path=None)`` in every
+modality) and ``SAMPLES`` (name -> a writer of a tiny generated copy of what
+the loader reads, so every source runs in the tests without the network). A
+module dropped into that package adds its own entries; the package imports
+every module in it when it is first imported, before the config schema reads
+the names.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from collections.abc import Iterable
+
+
+def discover(package: str, path: Iterable[str]) -> None:
+    """Import every module of a ``sources`` package (each registers its own dataset)."""
+    for info in pkgutil.iter_modules(path):
+        if not info.name.startswith("_"):
+            importlib.import_module(f"{package}.{info.name}")
+
+
+def source_modules() -> dict[str, object]:
+    """Modality name -> its ``sources`` package, for every modality that reads datasets."""
+    from poslab.modalities import available_modalities
+
+    found = {}
+    for modality in available_modalities():
+        try:
+            found[modality] = importlib.import_module(f"poslab.modalities.{modality}.sources")
+        except ModuleNotFoundError as exc:  # a modality that generates its data (video) has none
+            if not f"poslab.modalities.{modality}.sources".startswith(exc.name or "\0"):
+                raise
+    return found
