@@ -42,7 +42,8 @@ def test_every_hook_compiles_without_a_graph_break(name):
     q = torch.randn(2, 2, LENGTH, 16)
     calls = {
         "encode_input": (lambda x, p: enc.encode_input(x, p), (x, pos)),
-        "rotate": (lambda q, p: enc.rotate(q, p), (q, pos)),
+        "rotate": (lambda q, p: (enc.rotate(q, p), enc.rotate_query(q, p), enc.rotate_key(q, p)), (q, pos)),
+        "content_bias": (lambda q, k: enc.content_bias(q, k, q @ k.transpose(-1, -2)), (q, q.flip(-2))),
         "attention_bias": (lambda p: enc.attention_bias(p, p), (pos,)),
         "relative_bias": (lambda o: enc.relative_bias(o), (torch.arange(-3.0, 4.0),)),
     }

@@ -31,7 +31,7 @@ def test_every_1d_encoder_is_drawn_on_text(encoder, tmp_path, capsys):
     out = tmp_path / f"{encoder}.png"
     numbers = show_json(capsys, encoder, "--length", "12", "--dim", "16", "--heads", "2", "--out", str(out))
     assert out.stat().st_size > 1000 and numbers["encoder"] == encoder and numbers["length"] == 12
-    drawn = {"table", "similarity", "score_vs_distance", "bias"} & set(numbers)
+    drawn = {"table", "similarity", "score_vs_distance", "bias", "content_bias"} & set(numbers)
     assert drawn, "every encoder shows something (none: its all-zero similarity)"
 
 
@@ -87,7 +87,9 @@ def test_options_reach_the_encoder_and_bad_input_is_one_clear_line(capsys, tmp_p
 def test_every_encoder_of_every_modality_is_drawn(modality, encoder, tmp_path, capsys):
     """On the modality's own canonical positions: an L x L position-only score, and a PNG."""
     out = tmp_path / f"{modality}-{encoder}.png"
-    numbers = show_json(capsys, encoder, "--modality", modality, "--dim", "32", "--heads", "2", "--out", str(out))
+    shorter = ["--length", "2"] if modality == "video" else []  # 2 frames: the default 8 only take longer to draw
+    args = ["--modality", modality, "--dim", "32", "--heads", "2", *shorter, "--out", str(out)]
+    numbers = show_json(capsys, encoder, *args)
     assert out.stat().st_size > 1000 and numbers["modality"] == modality
     length = numbers["length"]
     if "similarity" in numbers:

@@ -93,10 +93,10 @@ def load_group(group: str, choice: str) -> DictConfig:
 
 
 def load_node(group: str, choice: str) -> DictConfig:
-    """A group's YAML as its config node; ``encoder=a+b`` nests one block per member."""
-    from poslab.encoders.registry import SEPARATOR, members_of
+    """A group's YAML as its config node; ``encoder=a+b`` (or ``a,a,b``) nests one block per member."""
+    from poslab.encoders.registry import is_combination, members_of
 
-    if group != "encoder" or SEPARATOR not in choice:
+    if group != "encoder" or not is_combination(choice):
         return load_group(group, choice)
     blocks = {}
     for member in members_of(choice):

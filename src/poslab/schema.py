@@ -153,18 +153,18 @@ class ModelConfig:
 def encoder_schema(name: str) -> type:
     """A dataclass for ``encoder.*``: ``name`` plus the constructor's typed options.
 
-    A composite (``rope+calendar``) gets one nested block per member.
+    A composite (``rope+calendar``) or per-layer pattern (``rope,none``) gets one nested block per member.
     """
-    from poslab.encoders.registry import SEPARATOR, members_of
+    from poslab.encoders.registry import is_combination, members_of
 
     fields_: list = [("name", Literal[name], MISSING)]  # type: ignore[valid-type]
-    if SEPARATOR in name:
+    if is_combination(name):
         for member in members_of(name):
             block = _options_schema(member)
             fields_.append((member, block, field(default_factory=block)))
     else:
         fields_ += _option_fields(name)
-    return make_dataclass(f"Encoder_{name.replace(SEPARATOR, '_')}", fields_)
+    return make_dataclass("Encoder_" + "".join(c if c.isalnum() else "_" for c in name), fields_)
 
 
 def _options_schema(name: str) -> type:

@@ -140,8 +140,9 @@ def describe(encoder: PositionEncoder, canvas: Canvas, modality: str = "") -> di
         out["table"] = encoder.encode_input(torch.zeros(1, length, encoder.dim), pos)[0].float().tolist()
     if "rotate" in hooks:
         ones = torch.ones(1, encoder.num_heads, length, encoder.head_dim)
-        rotated = encoder.rotate(ones, pos).float()
-        score = (rotated[:, :, :1] * rotated).sum(-1) / math.sqrt(encoder.head_dim)  # query at 0, keys at d
+        queries, keys = encoder.rotate_query(ones, pos).float(), encoder.rotate_key(ones, pos).float()
+        # the query at the last position, keys d before it (as a causal model reads them)
+        score = (queries[:, :, -1:] * keys.flip(-2)).sum(-1) / math.sqrt(encoder.head_dim)
         out["score_vs_distance"] = {"distance": list(range(length)), "score": score.mean(dim=(0, 1)).tolist()}
     if "attention_bias" in hooks:
         bias = encoder.attention_bias(pos, pos)
@@ -150,7 +151,24 @@ def describe(encoder: PositionEncoder, canvas: Canvas, modality: str = "") -> di
             if canvas.causal:  # the causal model never reads keys after the query: null there
                 bias = bias.masked_fill(torch.ones(length, length).triu(1).bool(), nan)
             out["bias"] = [[[None if math.isnan(v) else v for v in row] for row in head] for head in bias.tolist()]
+    if "content_bias" in hooks:  # a bias from the content: drawn for seeded random queries and keys
+        out["content_bias"] = _content_bias(encoder, length, canvas.causal)
+    if not any(k in out for k in ("similarity", "table", "score_vs_distance", "bias", "content_bias")):
+        out["similarity"] = similarity.tolist()
     return out
+
+
+def _content_bias(encoder: PositionEncoder, length: int, causal: bool) -> list:
+    generator = torch.Generator().manual_seed(0)
+    q, k = torch.randn(2, 1, encoder.num_heads, length, encoder.head_dim, generator=generator)
+    logits = q @ k.transpose(-1, -2) / math.sqrt(encoder.head_dim)
+    future = torch.ones(length, length).triu(1).bool()
+    if causal:
+        logits = logits.masked_fill(future, float("-inf"))
+    bias = encoder.content_bias(q, k, logits)[0].float()
+    if causal:
+        bias = bias.masked_fill(future, nan)
+    return [[[None if math.isnan(v) else v for v in row] for row in head] for head in bias.tolist()]
 
 
 def figure(numbers: dict[str, Any]):
@@ -169,6 +187,7 @@ def figure(numbers: dict[str, Any]):
     if "score_vs_distance" in numbers:
         panels.append(("q·k of a constant q, k vs distance", None))
     panels += [(f"bias, head {h}", matrix) for h, matrix in enumerate(numbers.get("bias", [])[:8])]
+    panels += [(f"content bias, head {h} (random q, k)", m) for h, m in enumerate(numbers.get("content_bias", [])[:8])]
     if not panels:
         panels.append(("no position information", numbers["similarity"]))
     fig, axes = plt.subplots(1, len(panels), figsize=(3.6 * len(panels), 3.4), squeeze=False)

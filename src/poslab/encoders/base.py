@@ -7,6 +7,13 @@ in a transformer (see the README, "Architecture"):
 * ``rotate(x, pos)``        — rotate per-head queries / keys (RoPE family),
 * ``attention_bias(q_pos, k_pos)`` — an additive ``[H, Lq, Lk]`` logits bias.
 
+Two refinements for the encoders that need them, each costing nothing to the
+others: ``rotate_query`` / ``rotate_key`` (default: ``rotate``) treat queries
+and keys differently (xPos scales them in opposite directions), and
+``content_bias(q, k, logits)`` adds a bias computed from the attention logits
+themselves (CoPE counts gates over them); only an encoder that overrides it
+makes attention compute its logits explicitly instead of a fused kernel.
+
 A bias that depends only on the offset ``k − q`` (ALiBi, T5, Shaw) overrides
 ``relative_bias(offsets)`` instead: ``attention_bias`` is derived from it, and
 the attention kernels build the bias block by block from its ``Lq + Lk − 1``
@@ -30,7 +37,9 @@ from poslab.encoders.offsets import offset_bias
 from poslab.errors import ConfigError
 from poslab.positions import Positions, steps_start
 
-HOOKS = ("encode_input", "rotate", "attention_bias", "relative_bias")
+HOOKS = ("encode_input", "rotate", "attention_bias", "relative_bias", "content_bias")
+#: Overriding any of these is using the ``rotate`` hook.
+ROTATE_HOOKS = ("rotate", "rotate_query", "rotate_key")
 
 
 class PositionEncoder(nn.Module):
@@ -71,6 +80,14 @@ class PositionEncoder(nn.Module):
         """Per-head queries or keys ``[B, H, L, Dh]`` -> same; default: unchanged."""
         return x
 
+    def rotate_query(self, x: torch.Tensor, pos: Positions | torch.Tensor) -> torch.Tensor:
+        """What attention applies to queries; default: :meth:`rotate`."""
+        return self.rotate(x, pos)
+
+    def rotate_key(self, x: torch.Tensor, pos: Positions | torch.Tensor) -> torch.Tensor:
+        """What attention applies to keys; default: :meth:`rotate`."""
+        return self.rotate(x, pos)
+
     def attention_bias(self, q_pos: Positions | torch.Tensor, k_pos: Positions | torch.Tensor) -> torch.Tensor | None:
         """Additive logits bias ``[H, Lq, Lk]`` (or ``[B, H, Lq, Lk]``).
 
@@ -90,6 +107,16 @@ class PositionEncoder(nn.Module):
         """
         return None
 
+    def content_bias(self, q: torch.Tensor, k: torch.Tensor, logits: torch.Tensor) -> torch.Tensor | None:
+        """A bias from the attention's own content: ``q [B, H, Lq, Dh]``, ``k [B, H, Lk, Dh]`` (after rotation)
+        and ``logits [B, H, Lq, Lk]`` (scaled, every other bias added, masked keys at −inf) -> an additive
+        ``[B, H, Lq, Lk]``; default: None."""
+        return None
+
+    def for_layer(self, index: int) -> PositionEncoder:
+        """The encoder whose attention hooks layer ``index`` uses; default: this one in every layer."""
+        return self
+
     def extended(self, kind: str, factor: float) -> PositionEncoder:
         """A copy that extends the context ``factor``-fold by ``kind``, for evaluation only."""
         raise NotImplementedError(f"encoder '{self.name}' has no context extension '{kind}'")
@@ -101,7 +128,8 @@ class PositionEncoder(nn.Module):
 
         ``relative_bias`` implies ``attention_bias``, which is derived from it.
         """
-        used = {h for h in HOOKS if getattr(cls, h) is not getattr(PositionEncoder, h)}
+        overridden = {h for h in (*HOOKS, *ROTATE_HOOKS) if getattr(cls, h) is not getattr(PositionEncoder, h)}
+        used = {"rotate" if h in ROTATE_HOOKS else h for h in overridden}
         if "relative_bias" in used:
             used.add("attention_bias")
         return tuple(h for h in HOOKS if h in used)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from poslab.encoders.base import PositionEncoder
+from poslab.encoders.base import HOOKS, PositionEncoder
 from poslab.errors import PoslabError
 from poslab.positions import Positions
 
@@ -44,6 +44,33 @@ class CompositeEncoder(PositionEncoder):
         for member in self.members.values():
             x = member.rotate(x, pos)
         return x
+
+    def rotate_query(self, x, pos):
+        pos = self._positions(pos)
+        for member in self.members.values():
+            x = member.rotate_query(x, pos)
+        return x
+
+    def rotate_key(self, x, pos):
+        pos = self._positions(pos)
+        for member in self.members.values():
+            x = member.rotate_key(x, pos)
+        return x
+
+    def content_bias(self, q, k, logits):
+        biases = [m.content_bias(q, k, logits) for m in self.members.values() if m.uses("content_bias")]
+        biases = [b for b in biases if b is not None]
+        return sum(biases[1:], biases[0]) if biases else None
+
+    def hooks(self) -> tuple[str, ...]:
+        """The members' hooks (an instance's, not the class's): a composite of RoPE and a calendar table
+        rotates and embeds but adds no bias, and computes no content bias unless a member does. Offsets-only
+        biases reach the backbone through :meth:`attention_bias`."""
+        used = {"attention_bias" if h == "relative_bias" else h for m in self.members.values() for h in m.hooks()}
+        return tuple(h for h in HOOKS if h in used)
+
+    def uses(self, hook: str) -> bool:
+        return hook in self.hooks()
 
     def attention_bias(self, q_pos, k_pos):
         q_pos, k_pos = self._positions(q_pos), self._positions(k_pos)

@@ -54,11 +54,28 @@ def available_encoders(modality: str | None = None) -> list[str]:
 
 #: ``rope+calendar``: a composite of registered encoders, applied in that order.
 SEPARATOR = "+"
+#: ``rope,rope,rope,none``: registered encoders per layer, cycled over the depth.
+LAYER_SEPARATOR = ","
+
+
+def is_combination(name: str) -> bool:
+    """A composite (``a+b``) or a per-layer pattern (``a,a,b``): built from members, not registered."""
+    return SEPARATOR in name or LAYER_SEPARATOR in name
 
 
 def members_of(name: str) -> list[str]:
-    """The member names of a composite name (one name for a plain encoder)."""
+    """The distinct member names of a composite or per-layer name, in order (one name for a plain encoder)."""
+    if LAYER_SEPARATOR in name:
+        return list(dict.fromkeys(name.split(LAYER_SEPARATOR)))
     return name.split(SEPARATOR)
+
+
+def _combine(name: str, dim: int, num_heads: int, members: dict[str, PositionEncoder]) -> PositionEncoder:
+    if LAYER_SEPARATOR in name:
+        from poslab.encoders.layered import LayeredEncoder
+
+        return LayeredEncoder(dim, num_heads, members, name.split(LAYER_SEPARATOR))
+    return encoder_class(name)(dim=dim, num_heads=num_heads, members=members)
 
 
 def encoder_class(name: str, modality: str | None = None) -> type[PositionEncoder]:
@@ -68,6 +85,18 @@ def encoder_class(name: str, modality: str | None = None) -> type[PositionEncode
         raise ConfigError(
             f"encoder.name must be an encoder's name, got {name!r}; valid: {', '.join(available_encoders())}"
         )
+    if LAYER_SEPARATOR in name:
+        layers = name.split(LAYER_SEPARATOR)
+        if "" in layers or SEPARATOR in name:
+            raise ConfigError(
+                f"encoder '{name}': a per-layer pattern lists registered encoders joined by '{LAYER_SEPARATOR}' "
+                f"(no composites inside it)"
+            )
+        for member in members_of(name):
+            encoder_class(member, modality)
+        from poslab.encoders.layered import LayeredEncoder
+
+        return LayeredEncoder
     if SEPARATOR in name:
         members = members_of(name)
         if len(set(members)) != len(members) or "" in members:
@@ -99,9 +128,9 @@ def encoder_class(name: str, modality: str | None = None) -> type[PositionEncode
 def encoder_options(name: str) -> dict[str, inspect.Parameter]:
     """The keyword options of an encoder: its constructor minus dim / num_heads.
 
-    A composite's options are one mapping per member, named after it.
+    A composite's or per-layer pattern's options are one mapping per member, named after it.
     """
-    if SEPARATOR in name:
+    if is_combination(name):
         encoder_class(name)
         kind = inspect.Parameter.KEYWORD_ONLY
         return {m: inspect.Parameter(m, kind, default=None, annotation=dict) for m in members_of(name)}
@@ -117,11 +146,11 @@ def build_encoder(name: str, *, dim: int, num_heads: int, **options: Any) -> Pos
                 f"encoder '{name}' has no option '{key}'{did_you_mean(key, valid)}; "
                 f"options: {', '.join(valid) or 'none'}"
             )
-    if SEPARATOR in name:
+    if is_combination(name):
         members = {
             m: build_encoder(m, dim=dim, num_heads=num_heads, **(options.get(m) or {})) for m in members_of(name)
         }
-        return encoder_class(name)(dim=dim, num_heads=num_heads, members=members)
+        return _combine(name, dim, num_heads, members)
     try:
         return encoder_class(name)(dim=dim, num_heads=num_heads, **options)
     except (ValueError, TypeError) as exc:  # an encoder's own check of its options: one line, as a ConfigError
@@ -143,14 +172,14 @@ def build_encoder_in_context(
     training patch grid, the training context length) is taken from
     ``context``; the encoder does not need to know where it comes from.
     """
-    if SEPARATOR in name:
+    if is_combination(name):
         members = {
             m: build_encoder_in_context(
                 m, dim=dim, num_heads=num_heads, options=dict(options.get(m) or {}), context=context
             )
             for m in members_of(name)
         }
-        return encoder_class(name)(dim=dim, num_heads=num_heads, members=members)
+        return _combine(name, dim, num_heads, members)
     accepted = encoder_options(name)
     filled = dict(options)
     for key, value in context.items():

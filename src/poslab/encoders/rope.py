@@ -6,7 +6,13 @@ the offset m − n (tested, both layouts, against the complex form).
 * ``layout``: ``half`` (GPT-NeoX / HF ``rotate_half``) or ``interleaved``
   (original / GPT-J / Meta adjacent pairs) — see :mod:`poslab.encoders.rotary`.
 * ``rotary_fraction``: rotate only the first fraction of each head's channels
-  (GPT-NeoX uses 0.25).
+  (GPT-NeoX uses 0.25); the frequency ladder is laid over those channels, so
+  it still spans 1 … 1/base.
+* ``frequency_fraction``: p-RoPE (Barbero et al. 2025, "Round and Round We
+  Go", §5): keep the highest fraction p of the frequencies 1/base^(2i/d) and
+  set the lowest to 0, so their channels carry no position (p = 0 is NoPE,
+  p = 1 RoPE). Unlike ``rotary_fraction`` the kept frequencies are the top of
+  the full ladder: p = 0.25 rotates by 1 … base^(−1/4) only.
 * ``scaling``: a context extension (:mod:`poslab.encoders.rope_scaling`):
   ``linear`` (PI), ``ntk``, ``dynamic``, ``yarn``; ``original_max_len`` null =
   ``max_len``, the training context the data reports.
@@ -48,8 +54,12 @@ class RoPE(PositionEncoder):
         rotary_fraction: float = 1.0,
         scaling: RopeScaling | None = None,
         max_len: int | None = None,
+        frequency_fraction: float = 1.0,
     ) -> None:
         super().__init__(dim, num_heads)
+        if not 0.0 <= frequency_fraction <= 1.0:
+            raise ConfigError(f"rope: frequency_fraction={frequency_fraction} is not in [0, 1]")
+        self.frequency_fraction = frequency_fraction
         self.rot_dim = 2 * int(self.head_dim * rotary_fraction / 2)
         if not 0 < self.rot_dim <= self.head_dim:
             raise ConfigError(f"rope: rotary_fraction={rotary_fraction} leaves no channel pair to rotate")
@@ -66,9 +76,13 @@ class RoPE(PositionEncoder):
     # -- frequencies ---------------------------------------------------------------
     def frequencies(self, seq_len: int = 0) -> tuple[torch.Tensor, float]:
         """(inverse frequencies float64, attention factor) at this sequence length."""
-        return scaled_frequencies(
+        inv_freq, factor = scaled_frequencies(
             self.scaling, base=self.base, dim=self.rot_dim, original_max_len=self.max_len, seq_len=seq_len
         )
+        if self.frequency_fraction < 1.0:  # p-RoPE: the lowest frequencies (last in the ladder) become 0
+            kept = round(self.frequency_fraction * len(inv_freq))
+            inv_freq = torch.cat((inv_freq[:kept], torch.zeros_like(inv_freq[kept:])))
+        return inv_freq, factor
 
     def extended(self, kind: str, factor: float) -> RoPE:
         """A copy with a context extension, for evaluation past the training length."""
@@ -118,4 +132,5 @@ class RoPE(PositionEncoder):
         return (
             f"{super().extra_repr()}, base={self.base}, layout={self.layout}, "
             f"rot_dim={self.rot_dim}, scaling={self.scaling.type}x{self.scaling.factor}"
+            + (f", frequency_fraction={self.frequency_fraction}" if self.frequency_fraction < 1.0 else "")
         )

@@ -41,8 +41,8 @@ def position_similarity(
         scores += emb @ emb.T / math.sqrt(encoder.dim)
     if "rotate" in hooks:
         ones = torch.ones(1, encoder.num_heads, length, encoder.head_dim, device=device)
-        rotated = encoder.rotate(ones, pos).float()
-        scores += (rotated @ rotated.transpose(-1, -2) / math.sqrt(encoder.head_dim)).mean(dim=(0, 1))
+        queries, keys = encoder.rotate_query(ones, pos).float(), encoder.rotate_key(ones, pos).float()
+        scores += (queries @ keys.transpose(-1, -2) / math.sqrt(encoder.head_dim)).mean(dim=(0, 1))
     if "attention_bias" in hooks:
         bias = encoder.attention_bias(pos, pos)
         if bias is not None:

@@ -9,6 +9,8 @@ runs is decided in :func:`attend`; the kernels live in :mod:`poslab.nn.kernels`.
 
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -165,17 +167,42 @@ class SelfAttention(nn.Module):
         """``x [B, L, D]``; ``bias`` from :meth:`Transformer.attention_bias`."""
         batch, length, dim = x.shape
         q, k, v = self.qkv(x).view(batch, length, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
-        q = _rotate_tokens(encoder, q, pos, num_prefix_tokens)
-        k = _rotate_tokens(encoder, k, pos, num_prefix_tokens)
-        out = attend(q, k, v, bias, causal, self.dropout if self.training else 0.0)
+        q = _rotate_tokens(encoder.rotate_query, q, pos, num_prefix_tokens)
+        k = _rotate_tokens(encoder.rotate_key, k, pos, num_prefix_tokens)
+        dropout = self.dropout if self.training else 0.0
+        if encoder.uses("content_bias"):
+            out = attend_with_content(q, k, v, bias, causal, dropout, encoder.content_bias)
+        else:
+            out = attend(q, k, v, bias, causal, dropout)
         return self.proj(out.transpose(1, 2).reshape(batch, length, dim))
 
 
-def _rotate_tokens(
-    encoder: PositionEncoder, x: torch.Tensor, pos: Positions | torch.Tensor, num_prefix_tokens: int
-) -> torch.Tensor:
-    """Rotate the positioned tokens; prefix tokens (class token) stay unrotated."""
+def attend_with_content(q, k, v, bias: AttentionBias | None, causal: bool, dropout: float, content_bias):
+    """Attention with the logits written out, for an encoder whose bias is computed from them (CoPE).
+
+    The logits are ``q·k/√Dh`` plus every other bias, masked keys at −inf, as
+    the encoder's ``content_bias`` expects them; its bias is added before the
+    softmax. Only encoders with that hook take this path: it holds the
+    ``[B, H, L, L]`` logits that the fused kernels avoid.
+    """
+    length_q, length_k = q.shape[-2], k.shape[-2]
+    logits = (q.float() @ k.float().transpose(-1, -2)) / math.sqrt(q.shape[-1])
+    mask = None if bias is None else bias.masked(length_q, length_k, q.device)
+    if mask is None and causal:
+        mask = torch.ones(length_q, length_k, dtype=torch.bool, device=q.device).tril()
+    if mask is not None:
+        logits = logits.masked_fill(~mask, float("-inf")) if mask.dtype == torch.bool else logits + mask.float()
+    extra = content_bias(q, k, logits)
+    if extra is not None:
+        logits = logits + extra.float()
+    probs = F.dropout(logits.softmax(dim=-1), p=dropout)
+    return (probs @ v.float()).to(v.dtype)
+
+
+def _rotate_tokens(hook, x: torch.Tensor, pos: Positions | torch.Tensor, num_prefix_tokens: int) -> torch.Tensor:
+    """Rotate the positioned tokens with ``hook`` (the encoder's query or key rotation); prefix tokens
+    (class token) stay unrotated."""
     if not num_prefix_tokens:
-        return encoder.rotate(x, pos)
+        return hook(x, pos)
     prefix, rest = x[..., :num_prefix_tokens, :], x[..., num_prefix_tokens:, :]
-    return torch.cat((prefix, encoder.rotate(rest, pos)), dim=-2)
+    return torch.cat((prefix, hook(rest, pos)), dim=-2)

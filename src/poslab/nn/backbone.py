@@ -3,7 +3,10 @@
 The backbone owns the encoder (so its parameters train and checkpoint with
 the model) but never names one: it calls ``encode_input`` on the positioned
 tokens, ``attention_bias`` once per forward pass (shared by every layer,
-broadcast over the batch) and ``rotate`` inside each attention layer.
+broadcast over the batch) and ``rotate`` inside each attention layer. Each
+layer asks ``encoder.for_layer(i)`` for the encoder of its attention hooks
+(the same one unless the encoder is a per-layer hybrid), and a bias is made
+once per distinct layer encoder.
 Prefix tokens (a class token) carry no position: no embedding, no rotation,
 zero bias.
 """
@@ -75,12 +78,19 @@ class Transformer(nn.Module):
             if p
             else self.encoder.encode_input(x, pos)
         )
-        bias = self.attention_bias(pos, p, x.dtype, x.device, allowed)
-        for block in self.blocks:
-            x = block(x, self.encoder, pos, bias, p, self.causal)
+        made: list[tuple[PositionEncoder, AttentionBias | None]] = []  # one bias per distinct layer encoder
+        for index, block in enumerate(self.blocks):
+            encoder = self.encoder.for_layer(index)
+            found = [bias for owner, bias in made if owner is encoder]
+            if not found:
+                found = [self.attention_bias(pos, p, x.dtype, x.device, allowed, encoder)]
+                made.append((encoder, found[0]))
+            x = block(x, encoder, pos, found[0], p, self.causal)
         return self.norm(x)
 
-    def attention_bias(self, pos, num_prefix_tokens: int, dtype, device, allowed=None) -> AttentionBias | None:
+    def attention_bias(
+        self, pos, num_prefix_tokens: int, dtype, device, allowed=None, encoder: PositionEncoder | None = None
+    ) -> AttentionBias | None:
         """The encoder's bias (zero for prefix tokens), once per forward pass for all layers.
 
         An offset-only bias on consecutive positions stays as its ``2L − 1``
@@ -88,7 +98,7 @@ class Transformer(nn.Module):
         ``[1 | B, H, L, L]``.
         """
         allowed = None if allowed is None else allowed.to(device)
-        encoder = self.encoder
+        encoder = encoder or self.encoder
         if encoder.uses("relative_bias") and not num_prefix_tokens and steps_start(pos) is not None:
             length = encoder.field(pos).shape[-1]
             values = encoder.relative_bias(toeplitz_offsets(length, length, device=device))

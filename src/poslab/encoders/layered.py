@@ -1,0 +1,80 @@
+"""Per-layer encoders: a pattern of registered encoders cycled over the depth (``encoder=rope,rope,rope,none``).
+
+Layer ``i`` uses ``pattern[i % len(pattern)]`` for its attention hooks
+(rotation, bias, content bias), so ``rope,rope,rope,none`` on 8 layers puts a
+layer without position at layers 3 and 7, as Llama 4's interleaved NoPE layers
+(iRoPE) and Cohere's RNoPE hybrid (Yang et al. 2025) do. Layers that name the
+same encoder share one instance (one bias per forward pass, as in a plain
+model); an input embedding among the members is added once, at the input.
+Built by the registry for any name with a ``,``; options per distinct member
+(``encoder.rope.base=500``). Outside the backbone (``poslab show``, the
+similarity figure) a hybrid shows its first layer's encoder.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from poslab.encoders.base import HOOKS, PositionEncoder
+from poslab.errors import ConfigError
+
+
+class LayeredEncoder(PositionEncoder):
+    reads = None
+
+    def __init__(self, dim: int, num_heads: int, members: dict[str, PositionEncoder], pattern: list[str]) -> None:
+        super().__init__(dim, num_heads)
+        unknown = [p for p in pattern if p not in members]
+        if not pattern or unknown:
+            raise ConfigError(f"per-layer pattern {pattern} names encoders without a member: {unknown}")
+        self.members = nn.ModuleDict(members)
+        self.pattern = list(pattern)
+        self.name = ",".join(pattern)
+        self.context_extensions = tuple(dict.fromkeys(e for m in members.values() for e in m.context_extensions))
+        self.length_driven_extensions = tuple(
+            dict.fromkeys(e for m in members.values() for e in m.length_driven_extensions)
+        )
+
+    def for_layer(self, index: int) -> PositionEncoder:
+        return self.members[self.pattern[index % len(self.pattern)]]
+
+    def hooks(self) -> tuple[str, ...]:
+        """The members' hooks; an offsets-only member's bias reaches the backbone through its own layers."""
+        used = {"attention_bias" if h == "relative_bias" else h for m in self.members.values() for h in m.hooks()}
+        return tuple(h for h in HOOKS if h in used)
+
+    def uses(self, hook: str) -> bool:
+        return hook in self.hooks()
+
+    def encode_input(self, x: torch.Tensor, pos) -> torch.Tensor:
+        for member in self.members.values():
+            x = member.encode_input(x, pos)
+        return x
+
+    # Outside the backbone a hybrid acts as its first layer (the backbone asks for_layer instead).
+    def rotate(self, x, pos):
+        return self.for_layer(0).rotate(x, pos)
+
+    def rotate_query(self, x, pos):
+        return self.for_layer(0).rotate_query(x, pos)
+
+    def rotate_key(self, x, pos):
+        return self.for_layer(0).rotate_key(x, pos)
+
+    def attention_bias(self, q_pos, k_pos):
+        return self.for_layer(0).attention_bias(q_pos, k_pos)
+
+    def content_bias(self, q, k, logits):
+        first = self.for_layer(0)
+        return first.content_bias(q, k, logits) if first.uses("content_bias") else None
+
+    def extended(self, kind: str, factor: float) -> LayeredEncoder:
+        """Extend the members that know ``kind``; the others are shared unchanged."""
+        members = {
+            name: m.extended(kind, factor) if kind in m.context_extensions else m for name, m in self.members.items()
+        }
+        return LayeredEncoder(self.dim, self.num_heads, members, self.pattern)
+
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}, pattern={','.join(self.pattern)}"

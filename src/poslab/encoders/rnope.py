@@ -1,0 +1,47 @@
+"""``rnope``: RoPE in most layers, no position in every ``nope_every``-th (layers 3, 7, … by default).
+
+The hybrid of Yang et al. 2025 ("Rope to Nope and Back Again: A New Hybrid
+Attention Strategy", Cohere's RNoPE) and of Llama 4's interleaved NoPE layers
+(iRoPE): one layer in four attends without position, which those papers find
+retrieves better past the training length. Their models also give the RoPE
+layers a sliding window (or chunked) attention; that part is not here, so this
+is the position half of the recipe. Any pattern of registered encoders per
+layer is ``encoder=a,a,a,b`` (:mod:`poslab.encoders.layered`); this preset is
+RoPE with its options (and its context extensions
+at evaluation, in the RoPE layers) plus the period.
+"""
+
+from __future__ import annotations
+
+from poslab.encoders.none import NoPosition
+from poslab.encoders.registry import register_encoder
+from poslab.encoders.rope import RoPE
+from poslab.encoders.rotary import Layout
+from poslab.errors import ConfigError
+
+
+@register_encoder("rnope")
+class RNoPE(RoPE):
+    reads = "steps"
+
+    def __init__(
+        self,
+        dim: int,
+        num_heads: int,
+        base: float = 10000.0,
+        layout: Layout = "half",
+        max_len: int | None = None,
+        nope_every: int = 4,
+    ) -> None:
+        super().__init__(dim, num_heads, base=base, layout=layout, max_len=max_len)
+        if nope_every < 1:
+            raise ConfigError(f"rnope: nope_every={nope_every} must be at least 1")
+        self.nope_every = nope_every
+        self.nope = NoPosition(dim, num_heads)
+
+    def for_layer(self, index: int):
+        """Layer ``index`` (from 0) attends without position when ``index + 1`` is a multiple of ``nope_every``."""
+        return self.nope if (index + 1) % self.nope_every == 0 else self
+
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}, nope_every={self.nope_every}"
