@@ -1,0 +1,104 @@
+"""``liere`` / ``liere3d``: Lie group relative position encodings (Ostmeier et al. 2024, "LieRE:
+Generalizing Rotary Position Encodings", §3 and the reference code).
+
+A learned skew-symmetric generator A_k per coordinate axis (and per head)
+turns a position p into the rotation R(p) = exp(Σ_k p_k·A_k) (the matrix
+exponential of an element of so(d)); queries and keys are multiplied by the
+rotation of their own position, so a score reads q_i·R(p_i)ᵀR(p_j)·k_j. With
+commuting generators that is R(p_j − p_i): RoPE (2 × 2 blocks with fixed
+angles) is the special case; learned dense generators need not commute, which
+is LieRE's extra freedom. Generators are A = U − Uᵀ from the strictly upper
+triangle U of raw parameters drawn U[0, 2π), as in the reference;
+``block_size`` < head_dim makes them block-diagonal (the paper's smaller
+bases, cheaper exponentials). Positions are divided by the training grid
+(``grid_size``, and ``frames`` for ``liere3d``) so a unit is one image side:
+the reference does not state its scaling, and raw patch indices with its
+initialisation would turn each token by several radians.
+
+``liere`` reads ``coords`` (row, col: vision, video frames' cells);
+``liere3d`` reads ``coords3d`` (frame, row, col: video).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from poslab.encoders.base import PositionEncoder
+from poslab.encoders.registry import register_encoder
+from poslab.errors import ConfigError
+
+
+@register_encoder("liere")
+class LieRE(PositionEncoder):
+    reads = "coords"
+    axes = 2
+
+    def __init__(
+        self,
+        dim: int,
+        num_heads: int,
+        block_size: int | None = None,
+        per_head: bool = True,
+        grid_size: tuple[int, int] | None = None,
+    ) -> None:
+        super().__init__(dim, num_heads)
+        self.block_size = block_size or self.head_dim
+        if self.head_dim % self.block_size or self.block_size < 2:
+            raise ConfigError(f"{self.name}: block_size={block_size} must divide head_dim={self.head_dim} (≥ 2)")
+        self.per_head = per_head
+        self.extent = self._extent(grid_size)
+        heads = num_heads if per_head else 1
+        blocks = self.head_dim // self.block_size
+        self.raw = nn.Parameter(torch.rand(heads, self.axes, blocks, self.block_size, self.block_size) * 2 * math.pi)
+
+    def _extent(self, grid_size) -> tuple[float, ...]:
+        if grid_size is None:
+            raise ConfigError(f"{self.name} needs encoder.grid_size (the training patch grid)")
+        return tuple(float(g) for g in grid_size)
+
+    def generators(self) -> torch.Tensor:
+        """Skew-symmetric ``[heads, axes, blocks, b, b]``: U − Uᵀ of the strict upper triangle."""
+        upper = self.raw.triu(diagonal=1)
+        return upper - upper.transpose(-1, -2)
+
+    def rotations(self, pos) -> torch.Tensor:
+        """exp(Σ_k p_k·A_k) per token: ``[heads, L, blocks, b, b]`` (``[B, heads, L, …]`` for per-sample positions)."""
+        coords = self.field(pos).to(self.raw.device, torch.float32) / self.raw.new_tensor(self.extent)
+        # Σ_k p_k·A_k: positions [(B,) L, axes] against generators [heads, axes, blocks, b, b]
+        generator = torch.einsum("...la,haxij->...hlxij", coords, self.generators())
+        return torch.linalg.matrix_exp(generator.contiguous())
+
+    def rotate(self, x: torch.Tensor, pos) -> torch.Tensor:
+        rotation = self.rotations(pos)
+        blocks = x.float().unflatten(-1, (-1, self.block_size))  # [B, H, L, blocks, b]
+        out = torch.einsum("...lxij,...lxj->...lxi", rotation, blocks)
+        return out.flatten(-2).to(x.dtype)
+
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}, block_size={self.block_size}, per_head={self.per_head}"
+
+
+@register_encoder("liere3d")
+class LieRE3D(LieRE):
+    reads = "coords3d"
+    axes = 3
+
+    def __init__(
+        self,
+        dim: int,
+        num_heads: int,
+        block_size: int | None = None,
+        per_head: bool = True,
+        grid_size: tuple[int, int] | None = None,
+        frames: int | None = None,
+    ) -> None:
+        self._frames = frames
+        super().__init__(dim, num_heads, block_size=block_size, per_head=per_head, grid_size=grid_size)
+
+    def _extent(self, grid_size) -> tuple[float, ...]:
+        if self._frames is None:
+            raise ConfigError("liere3d needs encoder.frames (the training clip's frame count)")
+        return (float(self._frames), *super()._extent(grid_size))
