@@ -104,6 +104,10 @@ EXPECTED = {  # (time ratio, memory ratio, ok at L=1024, target)
     "alibi": (1.2, 1.6, False, "≤1.3x time, ≤1.5x mem"),
     "t5": (1.4, 1.0, False, "≤1.3x time, ≤1.5x mem"),
     "relative": (1.0, 1.5, True, "≤1.3x time, ≤1.5x mem"),
+    "kerple": (1.0, 1.0, True, "≤1.3x time, ≤1.5x mem"),  # as cheap as none: every target met
+    "fire": (1.0, 1.0, True, "≤1.3x time, ≤1.5x mem"),
+    "xpos": (1.0, 1.0, True, "≤1.15x time"),
+    "rnope": (1.0, 1.0, True, "≤1.15x time"),
 }
 
 

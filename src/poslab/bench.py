@@ -31,6 +31,11 @@ TARGETS = {
     "alibi": (1.3, 1.5),
     "t5": (1.3, 1.5),
     "relative": (1.3, 1.5),
+    "kerple": (1.3, 1.5),  # an offsets-only bias, like T5
+    "fire": (1.3, 1.5),  # a bias, though one that depends on the query's position: laid out L x L
+    "xpos": (1.15, None),  # RoPE plus a per-position scale
+    "rnope": (1.15, None),  # RoPE in three layers of four
+    # cope: no target. It writes the L x L logits out (and an L x L gather) in every layer by design.
 }
 
 

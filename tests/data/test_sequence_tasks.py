@@ -156,3 +156,33 @@ def test_every_depth_bucket_is_filled_at_every_length(multiple):
     assert torch.bincount(first, minlength=DEPTH_BUCKETS).tolist() == [dm.cfg.eval_sequences // DEPTH_BUCKETS] * 5
     pairs = (items[0]["windows"].shape[1] - 1 - 2 * 3) // 2
     assert all(len(set((row * pairs).round().long().tolist())) == 3 for row in depth)  # distinct pairs
+
+
+def test_flip_flop_reads_repeat_the_last_written_bit_and_every_read_is_scored():
+    from poslab.modalities.text.sequence_tasks import ONE, READ, WRITE, ZERO
+
+    generator = torch.Generator().manual_seed(0)
+    item = generate("flip_flop", 40, 64, 8, generator, queries=3)
+    seq, answer = item["windows"], item["answer_mask"]
+    assert seq.shape == (64, 80) and answer.shape == (64, 79)
+    for row, mask in zip(seq.tolist(), answer.tolist(), strict=True):
+        ops, bits = row[0::2], row[1::2]
+        assert ops[0] == WRITE and ops[-1] == READ and ops.count(READ) == 3 and set(bits) <= {ZERO, ONE}
+        last = None
+        for t, (op, bit) in enumerate(zip(ops, bits, strict=True)):
+            if op == WRITE:
+                last = bit
+            if op == READ:
+                assert bit == last and mask[2 * t]  # scored: predicted from the read instruction
+        assert sum(mask) == 3
+
+
+def test_flip_flop_evaluation_makes_writes_sparser_by_the_multiple():
+    def writes(sparsity):
+        from poslab.modalities.text.sequence_tasks import WRITE
+
+        item = generate("flip_flop", 200, 200, 8, torch.Generator().manual_seed(1), queries=2, sparsity=sparsity)
+        return (item["windows"][:, 2::2] == WRITE).float().mean().item()  # after the first instruction
+
+    assert writes(1.0) == pytest.approx(1 / 9, rel=0.1)
+    assert writes(4.0) == pytest.approx(1 / 36, rel=0.15)

@@ -33,29 +33,29 @@ class CompositeEncoder(PositionEncoder):
             raise PoslabError(f"encoder '{self.name}' reads several position fields: pass a Positions")
         return pos
 
-    def encode_input(self, x, pos):
+    def _chain(self, hook: str, x: torch.Tensor, pos) -> torch.Tensor:
+        """Every member's ``hook`` in turn: input encodings applied one after the other, rotations composed."""
         pos = self._positions(pos)
         for member in self.members.values():
-            x = member.encode_input(x, pos)
+            x = getattr(member, hook)(x, pos)
         return x
+
+    def encode_input(self, x, pos):
+        return self._chain("encode_input", x, pos)
 
     def rotate(self, x, pos):
-        pos = self._positions(pos)
-        for member in self.members.values():
-            x = member.rotate(x, pos)
-        return x
+        return self._chain("rotate", x, pos)
 
     def rotate_query(self, x, pos):
-        pos = self._positions(pos)
-        for member in self.members.values():
-            x = member.rotate_query(x, pos)
-        return x
+        return self._chain("rotate_query", x, pos)
 
     def rotate_key(self, x, pos):
-        pos = self._positions(pos)
-        for member in self.members.values():
-            x = member.rotate_key(x, pos)
-        return x
+        return self._chain("rotate_key", x, pos)
+
+    def attention_bias(self, q_pos, k_pos):
+        q_pos, k_pos = self._positions(q_pos), self._positions(k_pos)
+        biases = [b for m in self.members.values() if (b := m.attention_bias(q_pos, k_pos)) is not None]
+        return sum(biases[1:], biases[0]) if biases else None
 
     def content_bias(self, q, k, logits):
         biases = [m.content_bias(q, k, logits) for m in self.members.values() if m.uses("content_bias")]
@@ -71,11 +71,6 @@ class CompositeEncoder(PositionEncoder):
 
     def uses(self, hook: str) -> bool:
         return hook in self.hooks()
-
-    def attention_bias(self, q_pos, k_pos):
-        q_pos, k_pos = self._positions(q_pos), self._positions(k_pos)
-        biases = [b for m in self.members.values() if (b := m.attention_bias(q_pos, k_pos)) is not None]
-        return sum(biases[1:], biases[0]) if biases else None
 
     def extended(self, kind: str, factor: float) -> CompositeEncoder:
         """Extend the members that know ``kind``; the others are shared unchanged."""

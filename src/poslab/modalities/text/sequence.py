@@ -1,4 +1,4 @@
-"""Data module for the synthetic sequence tasks (``data=copy|reverse|associative_recall``)."""
+"""Data module for the synthetic sequence tasks (``data=copy|reverse|associative_recall|flip_flop``)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from torch.utils.data import DataLoader, IterableDataset
 from poslab.data.resumable import ResumableLoader
 from poslab.errors import ConfigError
 from poslab.modalities.text.data import TextDataModule
-from poslab.modalities.text.sequence_tasks import IGNORE, generate, task_size, vocab_size
+from poslab.modalities.text.sequence_tasks import IGNORE, MULTI_ANSWER, generate, task_size, vocab_size
 
 #: Depth buckets of the recall curve: 5, so that the needle experiment's 1x evaluation (5 pairs) fills each.
 DEPTH_BUCKETS = 5
@@ -39,8 +39,8 @@ class SequenceDataModule(TextDataModule):
 
     @property
     def queries(self) -> int:
-        """Answers per recall sequence (``data.queries``), in training and evaluation alike."""
-        return self.cfg.queries if self.cfg.name == "associative_recall" else 1
+        """Answers per recall or flip-flop sequence (``data.queries``), in training and evaluation alike."""
+        return self.cfg.queries if self.cfg.name in MULTI_ANSWER else 1
 
     def setup(self, stage: str | None = None) -> None:
         self.size = task_size(self.cfg.name, self.context, self.queries)
@@ -66,8 +66,9 @@ class SequenceDataModule(TextDataModule):
         index = (first + (i // DEPTH_BUCKETS) % width).clamp(max=pairs - 1)
         return (index + 0.5) / pairs  # generate() takes floor(depth * pairs): this index
 
-    def fixed_set(self, size: int, split_seed: int) -> list[dict]:
-        """Seeded evaluation batches at one size; the first recall query's depth spread evenly over the buckets."""
+    def fixed_set(self, size: int, split_seed: int, sparsity: float = 1.0) -> list[dict]:
+        """Seeded evaluation batches at one size; the first recall query's depth spread evenly over the buckets;
+        flip-flop's writes ``sparsity`` times rarer."""
         generator = torch.Generator().manual_seed(split_seed)
         count, batch = self.cfg.eval_sequences, self.cfg.eval_batch_size
         depth = self.bucket_depths(count, size)
@@ -80,6 +81,7 @@ class SequenceDataModule(TextDataModule):
                 generator,
                 depth[i : i + batch],
                 self.queries,
+                sparsity,
             )  # fmt: skip
             for i in range(0, count, batch)
         ]
@@ -98,7 +100,7 @@ class SequenceDataModule(TextDataModule):
 
     def lengen_loader(self, multiple: int) -> DataLoader:
         size = task_size(self.cfg.name, self.context * multiple, self.queries)
-        return self.eval_loader(self.fixed_set(size, 3), None)
+        return self.eval_loader(self.fixed_set(size, 3, sparsity=float(multiple)), None)
 
     def as_batch(self, item: dict, training: bool = False) -> dict[str, Any]:
         windows = item["windows"]

@@ -7,7 +7,7 @@ import torch.nn.functional as F
 from torchmetrics import MeanMetric
 
 from poslab.modalities.text.sequence import DEPTH_BUCKETS
-from poslab.modalities.text.sequence_tasks import IGNORE
+from poslab.modalities.text.sequence_tasks import IGNORE, MULTI_ANSWER
 from poslab.modalities.text.task import LanguageModel
 
 
@@ -32,8 +32,8 @@ class SequenceTask(LanguageModel):
         super().__init__(cfg, vocab_size, context, vocab)
         self.val_acc = MeanMetric()
         self.test_acc = MeanMetric()
-        #: recall answers each query with one token, and each is its own answer; copy / reverse answer once
-        self.per_token = cfg["data"]["name"] == "associative_recall"
+        #: recall and flip-flop answer each query with one token, each its own answer; copy / reverse answer once
+        self.per_token = cfg["data"]["name"] in MULTI_ANSWER
 
     def answer_hits(self, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         """Whether each answer is right: ``[B, queries]`` for recall, ``[B]`` (exact match) otherwise."""
