@@ -73,7 +73,7 @@ gpu-check: ## on a CUDA machine: train every modality, flex vs SDPA, GPT-2-small
 sweep: ## print a W&B grid sweep of what `make compare` would run: MODALITY=text ARGS="experiment=needle" > sweep.yaml
 	@$(BIN)/poslab sweep modality=$(MODALITY) $(if $(ENCODERS),encoders=[$(subst $(space),$(comma),$(strip $(ENCODERS)))]) $(if $(SEEDS),seeds=$(SEEDS)) $(ARGS)
 
-new-encoder: ## stub files for a new encoder: NAME=myenc HOOK=encode_input|rotate|attention_bias|relative_bias [READS=steps]
+new-encoder: ## stub files for a new encoder: NAME=myenc HOOK=encode_input|rotate|attention_bias|relative_bias|content_bias [READS=steps]
 	@test -n "$(NAME)" -a -n "$(HOOK)" || { echo "make new-encoder needs NAME=<name> HOOK=<hook>" >&2; exit 2; }
 	$(BIN)/poslab new encoder $(NAME) --hook $(HOOK) $(if $(READS),--reads $(READS))
 

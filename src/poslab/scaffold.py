@@ -30,6 +30,7 @@ HOOKS = {
     "rotate": ("rotate(self, x, pos)", "per-head queries or keys rotated by position, ``[B, H, L, Dh]``"),
     "attention_bias": ("attention_bias(self, q_pos, k_pos)", "an additive logits bias ``[H, Lq, Lk]``"),
     "relative_bias": ("relative_bias(self, offsets)", "the bias of each offset k − q, ``[H, *offsets.shape]``"),
+    "content_bias": ("content_bias(self, q, k, logits)", "an additive bias from the content, ``[B, H, Lq, Lk]``"),
 }
 
 ENCODER = '''"""``{name}``: <what it is, in one line>.
@@ -205,6 +206,7 @@ def _encoder(name: str, hook: str, reads: str) -> str:
         "rotate": f"positions = self.field(pos)  # the tensor of positions.{reads}",
         "attention_bias": f"positions = self.field(q_pos)  # the tensor of positions.{reads}",
         "relative_bias": "# offsets: k − q, float, any shape",
+        "content_bias": "# q, k: [B, H, L, Dh] after rotation; logits: [B, H, Lq, Lk], masked keys at −inf",
     }[hook]
     return ENCODER.format(
         name=name, cls=class_name(name), reads=reads, hook=hook, signature_line=signature, returns=returns,
