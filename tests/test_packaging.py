@@ -50,5 +50,8 @@ def test_a_wheel_install_finds_its_bundled_configs(tmp_path):
     code = "import poslab.config as c; print(c.config_dir())"
     where = subprocess.run([str(python), "-c", code], cwd=run, env=env, capture_output=True, text=True)
     assert where.stdout.strip() == str(venv / "share" / "poslab" / "configs"), where.stderr[-2000:]
-    assert "vision: learned2d" in poslab("list")
+    listed = {line.split(":")[0]: line for line in poslab("list").splitlines()}
+    assert "learned2d (encode_input)" in listed["vision"]
+    # the data sources are subpackages: the wheel carries them (the data.name choices come from them)
+    assert "name: wikitext2" in poslab("train", "--print-config", "modality=text", "data=wikitext2")
     assert "name: rope" in poslab("train", "--print-config", "modality=text", "experiment=rope_extension")
