@@ -150,7 +150,7 @@ def describe(encoder: PositionEncoder, canvas: Canvas, modality: str = "") -> di
             bias = bias.float().reshape(-1, length, length)
             if canvas.causal:  # the causal model never reads keys after the query: null there
                 bias = bias.masked_fill(torch.ones(length, length).triu(1).bool(), nan)
-            out["bias"] = [[[None if math.isnan(v) else v for v in row] for row in head] for head in bias.tolist()]
+            out["bias"] = _nan_as_null(bias)
     if "content_bias" in hooks:  # a bias from the content: drawn for seeded random queries and keys
         out["content_bias"] = _content_bias(encoder, length, canvas.causal)
     if not any(k in out for k in ("similarity", "table", "score_vs_distance", "bias", "content_bias")):
@@ -168,6 +168,11 @@ def _content_bias(encoder: PositionEncoder, length: int, causal: bool) -> list:
     bias = encoder.content_bias(q, k, logits)[0].float()
     if causal:
         bias = bias.masked_fill(future, nan)
+    return _nan_as_null(bias)
+
+
+def _nan_as_null(bias: torch.Tensor) -> list:
+    """``[H, L, L]`` as nested lists with NaN (keys a causal query never reads) as null in the JSON."""
     return [[[None if math.isnan(v) else v for v in row] for row in head] for head in bias.tolist()]
 
 

@@ -18,15 +18,39 @@ from poslab.errors import PoslabError
 from poslab.positions import Positions
 
 
-class CompositeEncoder(PositionEncoder):
+class MemberEncoder(PositionEncoder):
+    """An encoder built from registered members (a composite, a per-layer pattern): its hooks and context
+    extensions are its members' (an instance's, not the class's)."""
+
     reads = None
 
     def __init__(self, dim: int, num_heads: int, members: dict[str, PositionEncoder]) -> None:
         super().__init__(dim, num_heads)
         self.members = nn.ModuleDict(members)
+        self.context_extensions = tuple(dict.fromkeys(e for m in members.values() for e in m.context_extensions))
+        self.length_driven_extensions = tuple(
+            dict.fromkeys(e for m in members.values() for e in m.length_driven_extensions)
+        )
+
+    def hooks(self) -> tuple[str, ...]:
+        """The members' hooks: a composite of RoPE and a calendar table rotates and embeds but adds no bias,
+        and computes no content bias unless a member does. Offsets-only biases reach the backbone through
+        the members' :meth:`attention_bias`."""
+        used = {"attention_bias" if h == "relative_bias" else h for m in self.members.values() for h in m.hooks()}
+        return tuple(h for h in HOOKS if h in used)
+
+    def uses(self, hook: str) -> bool:
+        return hook in self.hooks()
+
+    def extended_members(self, kind: str, factor: float) -> dict[str, PositionEncoder]:
+        """The members extended by ``kind`` where they know it; the others shared unchanged."""
+        return {n: m.extended(kind, factor) if kind in m.context_extensions else m for n, m in self.members.items()}
+
+
+class CompositeEncoder(MemberEncoder):
+    def __init__(self, dim: int, num_heads: int, members: dict[str, PositionEncoder]) -> None:
+        super().__init__(dim, num_heads, members)
         self.name = "+".join(members)
-        self.context_extensions = tuple(e for m in members.values() for e in m.context_extensions)
-        self.length_driven_extensions = tuple(e for m in members.values() for e in m.length_driven_extensions)
 
     def _positions(self, pos: Positions | torch.Tensor) -> Positions:
         if isinstance(pos, torch.Tensor):
@@ -62,19 +86,5 @@ class CompositeEncoder(PositionEncoder):
         biases = [b for b in biases if b is not None]
         return sum(biases[1:], biases[0]) if biases else None
 
-    def hooks(self) -> tuple[str, ...]:
-        """The members' hooks (an instance's, not the class's): a composite of RoPE and a calendar table
-        rotates and embeds but adds no bias, and computes no content bias unless a member does. Offsets-only
-        biases reach the backbone through :meth:`attention_bias`."""
-        used = {"attention_bias" if h == "relative_bias" else h for m in self.members.values() for h in m.hooks()}
-        return tuple(h for h in HOOKS if h in used)
-
-    def uses(self, hook: str) -> bool:
-        return hook in self.hooks()
-
     def extended(self, kind: str, factor: float) -> CompositeEncoder:
-        """Extend the members that know ``kind``; the others are shared unchanged."""
-        members = {
-            name: m.extended(kind, factor) if kind in m.context_extensions else m for name, m in self.members.items()
-        }
-        return CompositeEncoder(self.dim, self.num_heads, members)
+        return CompositeEncoder(self.dim, self.num_heads, self.extended_members(kind, factor))

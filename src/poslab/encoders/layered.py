@@ -14,38 +14,23 @@ similarity figure) a hybrid shows its first layer's encoder.
 from __future__ import annotations
 
 import torch
-from torch import nn
 
-from poslab.encoders.base import HOOKS, PositionEncoder
+from poslab.encoders.base import PositionEncoder
+from poslab.encoders.composite import MemberEncoder
 from poslab.errors import ConfigError
 
 
-class LayeredEncoder(PositionEncoder):
-    reads = None
-
+class LayeredEncoder(MemberEncoder):
     def __init__(self, dim: int, num_heads: int, members: dict[str, PositionEncoder], pattern: list[str]) -> None:
-        super().__init__(dim, num_heads)
         unknown = [p for p in pattern if p not in members]
         if not pattern or unknown:
             raise ConfigError(f"per-layer pattern {pattern} names encoders without a member: {unknown}")
-        self.members = nn.ModuleDict(members)
+        super().__init__(dim, num_heads, members)
         self.pattern = list(pattern)
         self.name = ",".join(pattern)
-        self.context_extensions = tuple(dict.fromkeys(e for m in members.values() for e in m.context_extensions))
-        self.length_driven_extensions = tuple(
-            dict.fromkeys(e for m in members.values() for e in m.length_driven_extensions)
-        )
 
     def for_layer(self, index: int) -> PositionEncoder:
         return self.members[self.pattern[index % len(self.pattern)]]
-
-    def hooks(self) -> tuple[str, ...]:
-        """The members' hooks; an offsets-only member's bias reaches the backbone through its own layers."""
-        used = {"attention_bias" if h == "relative_bias" else h for m in self.members.values() for h in m.hooks()}
-        return tuple(h for h in HOOKS if h in used)
-
-    def uses(self, hook: str) -> bool:
-        return hook in self.hooks()
 
     def encode_input(self, x: torch.Tensor, pos) -> torch.Tensor:
         for member in self.members.values():
@@ -70,11 +55,7 @@ class LayeredEncoder(PositionEncoder):
         return first.content_bias(q, k, logits) if first.uses("content_bias") else None
 
     def extended(self, kind: str, factor: float) -> LayeredEncoder:
-        """Extend the members that know ``kind``; the others are shared unchanged."""
-        members = {
-            name: m.extended(kind, factor) if kind in m.context_extensions else m for name, m in self.members.items()
-        }
-        return LayeredEncoder(self.dim, self.num_heads, members, self.pattern)
+        return LayeredEncoder(self.dim, self.num_heads, self.extended_members(kind, factor), self.pattern)
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, pattern={','.join(self.pattern)}"
