@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import dataclasses
+import typing
+
 import pytest
 from omegaconf import OmegaConf
 
-from poslab.config import compose, config_dir, recompose, to_dict
+from poslab.config import compose, config_dir, declared_default, option_rows, recompose, to_dict
 from poslab.encoders import available_encoders, encoder_options
 from poslab.errors import ConfigError
+from poslab.modalities import available_modalities
+from poslab.schema import encoder_schema, root_schema
+
+GROUPS = ("task", "data", "eval", "model", "logger")
 
 
 def test_default_composition_is_vision_with_sincos2d():
@@ -69,6 +76,46 @@ def test_every_encoder_yaml_matches_its_constructor():
         node = OmegaConf.load(config_dir() / "encoder" / f"{name}.yaml")
         assert node.name == name
         assert set(node) - {"name"} == set(encoder_options(name))
+
+
+def _restated_defaults(node, schema: type, prefix: str) -> list[str]:
+    """Keys of a YAML ``node`` whose value equals the default ``schema`` declares for them."""
+    hints = typing.get_type_hints(schema)
+    fields = {f.name: f for f in dataclasses.fields(schema)}
+    out = []
+    for key, value in node.items():
+        if key not in fields:
+            continue
+        if dataclasses.is_dataclass(hints[key]):
+            out += _restated_defaults(value, hints[key], f"{prefix}{key}.")
+            continue
+        declared = declared_default(fields[key])
+        declared = list(declared) if isinstance(declared, tuple) else declared
+        plain = OmegaConf.to_container(value) if OmegaConf.is_config(value) else value
+        if declared is not dataclasses.MISSING and plain == declared:
+            out.append(f"{prefix}{key}")
+    return out
+
+
+@pytest.mark.parametrize("modality", available_modalities())
+def test_an_option_is_declared_once_and_the_yaml_sets_only_other_values(modality):
+    """task / data / eval / model / logger options carry their defaults in code; no YAML repeats one."""
+    schema = root_schema(modality, encoder_schema("none"))
+    groups = {f.name: f.default_factory for f in dataclasses.fields(schema) if f.name in GROUPS}
+    for path in (config_dir() / "modality" / f"{modality}.yaml", config_dir() / "train.yaml"):
+        node = OmegaConf.load(path)
+        restated = [k for g in GROUPS if g in node for k in _restated_defaults(node[g], groups[g], f"{g}.")]
+        assert not restated, f"{path.name} restates declared defaults: {restated}"
+    rows = {key: default for key, _, default, _ in option_rows(compose([f"modality={modality}"]))}
+    undeclared = [k for k, default in rows.items() if k.split(".")[0] in GROUPS and default == "—"]
+    assert set(undeclared) <= {"logger.name", "model.dim", "model.depth", "model.num_heads", "model.layout",
+                               "model.lookback", "model.horizon"}, undeclared  # fmt: skip
+
+
+def test_the_check_for_restated_defaults_finds_one():
+    schema = root_schema("video", encoder_schema("none"))
+    data = next(f.default_factory for f in dataclasses.fields(schema) if f.name == "data")
+    assert _restated_defaults(OmegaConf.create({"frames": 8, "canvas": 64}), data, "data.") == ["data.frames"]
 
 
 # -- errors: one line, naming the key and the closest valid choice ----------------------

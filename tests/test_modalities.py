@@ -16,7 +16,7 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 import poslab
-from poslab.config import compose, config_dir, group_choices
+from poslab.config import compose, config_dir, group_choices, option_rows
 from poslab.data.base import PositionDataModule
 from poslab.errors import ConfigError
 from poslab.modalities import Modality, available_modalities, get_modality, register_modality, unregister_modality
@@ -100,10 +100,12 @@ def test_an_unknown_modality_is_one_line_naming_the_valid_ones():
 # -- a modality registered from this file: the data provides steps, the task is order-sensitive ------------------
 @dataclass
 class ToyData:
-    name: str = MISSING
-    length: int = MISSING
-    size: int = MISSING
-    batch_size: int = MISSING
+    """Declared once, with defaults: the toy's YAML sets no data value."""
+
+    name: str = "digits"
+    length: int = 8
+    size: int = 64
+    batch_size: int = 16
 
 
 @dataclass
@@ -115,7 +117,7 @@ class ToyModel(ModelConfig):
 
 @dataclass
 class ToyTask:
-    name: str = MISSING
+    name: str = "order"
 
 
 class ToyDataModule(PositionDataModule):
@@ -190,13 +192,6 @@ TOY_YAML = """# A toy modality registered by a test: order-sensitive digit seque
 defaults:
   encoder: rope
 positions: [steps]
-task:
-  name: order
-data:
-  name: digits
-  length: 8
-  size: 64
-  batch_size: 16
 model:
   dim: 16
   depth: 1
@@ -249,6 +244,12 @@ def test_a_modality_registered_from_a_test_file_trains_without_editing_the_packa
     assert "`test/loss`" in report.read_text()
     with pytest.raises(ConfigError, match="unknown config key 'data.lenght'"):
         compose(["modality=toy", "data.lenght=4"])
+    # data options are declared once (ToyData): --options lists them with their defaults, overrides are typed
+    rows = {key: (kind, default, value) for key, kind, default, value in option_rows(compose(["modality=toy"]))}
+    assert rows["data.length"] == ("int", "8", "8") and rows["task.name"] == ("str", "'order'", "'order'")
+    assert compose(["modality=toy", "data.length=4"]).data.length == 4
+    with pytest.raises(ConfigError, match="data.length"):
+        compose(["modality=toy", "data.length=four"])
     assert main(["list", "toy"]) == 0 and capsys.readouterr().out.startswith("toy: alibi")
 
 

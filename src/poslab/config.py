@@ -140,14 +140,25 @@ class Overrides:
         return cls(selections, values)
 
     def dotlist_config(self, base: DictConfig) -> DictConfig:
-        """The dotted values as a config; ``data=x`` becomes ``data.name=x``."""
+        """The dotted values as a config; ``data=x`` becomes ``data.name=x`` (a node whose schema has a name)."""
         out = OmegaConf.create()
+        named = _named_nodes(base)
         for key, value in self.values:
-            node = base.get(key) if "." not in key else None
-            if isinstance(node, DictConfig) and "name" in node and not isinstance(value, dict):
+            if key in named and not isinstance(value, dict):
                 key = f"{key}.name"
             OmegaConf.update(out, key, value, force_add=True)
         return out
+
+
+def _named_nodes(cfg: DictConfig) -> set[str]:
+    """Top-level keys whose node has a ``name`` (in the config, or declared by its modality's schema)."""
+    from poslab.modalities import get_modality
+
+    named = {k for k, v in cfg.items() if isinstance(v, DictConfig) and "name" in v}
+    if cfg.get("modality"):
+        parts = get_modality(cfg.modality)
+        named |= {k for k in ("task", "data") if "name" in {f.name for f in dataclasses.fields(getattr(parts, k))}}
+    return named
 
 
 # -- composition ---------------------------------------------------------------
@@ -386,6 +397,15 @@ def describe_type(annotation: Any) -> str:
     return getattr(annotation, "__name__", str(annotation))
 
 
+def declared_default(f: dataclasses.Field) -> Any:
+    """A schema field's declared default (a factory's value), or ``dataclasses.MISSING`` for a key that only
+    has the YAML's value."""
+    if f.default_factory is not dataclasses.MISSING:
+        value = f.default_factory()
+        return OmegaConf.to_container(OmegaConf.structured(value)) if dataclasses.is_dataclass(value) else value
+    return dataclasses.MISSING if f.default in (dataclasses.MISSING, "???") else f.default
+
+
 def option_rows(cfg: DictConfig) -> list[tuple[str, str, str, str]]:
     """``(key, type, default, value)`` for every key of ``cfg``'s schema: the options of its modality, encoder
     and model as their schemas (derived from the constructors where they can be) declare them."""
@@ -401,8 +421,8 @@ def option_rows(cfg: DictConfig) -> list[tuple[str, str, str, str]]:
             if dataclasses.is_dataclass(hint):
                 walk(hint, f"{key}.")
                 continue
-            stated = f.default is not dataclasses.MISSING and f.default != "???"  # else: the YAML's value only
-            default = repr(f.default) if stated else "—"
+            declared = declared_default(f)
+            default = "—" if declared is dataclasses.MISSING else repr(declared)  # "—": the YAML's value only
             value = OmegaConf.select(cfg, key, default=None, throw_on_missing=False)
             value = OmegaConf.to_container(value) if isinstance(value, (DictConfig, ListConfig)) else value
             rows.append((key, describe_type(hint), default, repr(value)))

@@ -1,10 +1,13 @@
-"""Structured schemas of the resolved config: the keys and their types.
+"""Structured schemas of the resolved config: the keys, their types and, for options, their defaults.
 
-Defaults live in ``configs/*.yaml`` (one source of truth); these dataclasses
-only say which keys exist and what type each has, so OmegaConf can reject an
-unknown key or a wrong type with the key's full name. Encoder options are not
-listed here: their schema is derived from the encoder's constructor
-(:func:`encoder_schema`), so a new encoder needs no edit in this file.
+An option is declared once, with its type and default: encoder and model
+options in their constructors (:func:`encoder_schema`, a modality's
+``options_schema``), a modality's ``task`` / ``data`` / ``eval`` options in its
+``schema.py``, the logger's and the shared ``model`` / ``eval`` keys here. The
+YAML files set other values. The run settings that every modality and trainer
+preset tunes (``run``, ``trainer``, ``optim``) keep their values in
+``configs/train.yaml`` and the presets, and are typed here only (MISSING).
+OmegaConf rejects an unknown key or a wrong type with the key's full name.
 """
 
 from __future__ import annotations
@@ -114,16 +117,16 @@ class TrainerConfig:
 
 @dataclass
 class LoggerConfig:
-    """``name`` picks the logger; the W&B keys are ignored by csv / tensorboard."""
+    """``name`` is the preset (``configs/logger/``); the W&B keys are ignored by csv / tensorboard."""
 
     name: Literal["wandb", "csv", "tensorboard", "none"] = MISSING
-    mode: Literal["auto", "online", "offline", "disabled"] = MISSING
-    project: str = MISSING
-    entity: Optional[str] = MISSING
-    group: Optional[str] = MISSING
-    tags: list[str] = MISSING
-    notes: Optional[str] = MISSING
-    log_model: bool = MISSING
+    mode: Literal["auto", "online", "offline", "disabled"] = "auto"  # auto: online with W&B credentials, else offline
+    project: str = "poslab"
+    entity: Optional[str] = None
+    group: Optional[str] = None  # None: <modality>-<task>[-<experiment>]-<encoder>, so seeds aggregate
+    tags: list[str] = field(default_factory=list)
+    notes: Optional[str] = None
+    log_model: bool = False  # upload checkpoints as W&B artifacts (online only)
 
 
 @dataclass
@@ -140,14 +143,14 @@ class OptimConfig:
 class EvalConfig:
     """``poslab eval``: the checkpoint to re-evaluate. A modality's eval schema extends it (its probes)."""
 
-    ckpt: Optional[str] = MISSING
+    ckpt: Optional[str] = None  # set by `poslab eval ckpt=PATH`
 
 
 @dataclass
 class ModelConfig:
     """The key every model shares; a modality's model schema extends it with its architecture."""
 
-    compile: bool = MISSING  # torch.compile the backbone (train.yaml)
+    compile: bool = False  # torch.compile the backbone: pays a compile up front (see README, "Speed")
 
 
 def encoder_schema(name: str) -> type:

@@ -1,14 +1,15 @@
-"""The text config schema: the keys of ``task`` / ``data`` / ``model`` / ``eval`` and their types.
+"""The text config schema: every ``task`` / ``data`` / ``eval`` option with its type and default.
 
-Values live in ``configs/modality/text.yaml``; value ranges by dotted key in :data:`RANGES`.
+An option is declared once, here (``model.*``: in the causal LM's
+constructor); ``configs/modality/text.yaml`` and experiments set other values,
+and validation and ``poslab train --options`` derive from these declarations.
+Value ranges by dotted key in :data:`RANGES`.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal, Optional
-
-from omegaconf import MISSING
 
 from poslab.encoders.rope_scaling import SCALINGS
 from poslab.modalities.text.model import CausalLM
@@ -35,25 +36,32 @@ Extension = Literal[tuple(k for k in SCALINGS if k != "none")]  # type: ignore[v
 class TextEvalConfig(EvalConfig):
     """End-of-run length generalisation: multiples of the context, extensions tried."""
 
-    multiples: list[int] = MISSING
-    rope_scaling: list[Extension] = MISSING  # type: ignore[valid-type]
+    multiples: list[int] = field(default_factory=lambda: [1, 2, 4, 8])  # lengths evaluated, x data.context
+    rope_scaling: list[Extension] = field(  # type: ignore[valid-type]  # tried at evaluation where they apply
+        default_factory=lambda: ["linear", "ntk", "dynamic", "yarn"]
+    )
 
 
 @dataclass
 class TextDataConfig:
-    name: Literal[(*TEXT_SOURCES, *SEQUENCE_TASKS)] = MISSING  # type: ignore[valid-type]
-    root: str = MISSING
-    path: Optional[str] = MISSING
-    context: int = MISSING
-    batch_size: int = MISSING
-    eval_batch_size: int = MISSING
-    eval_tokens: int = MISSING
-    random_positions: Optional[int] = MISSING
-    random_positions_eval: Literal["sampled", "arange"] = MISSING
-    download: bool = MISSING
-    symbols: int = MISSING  # sequence tasks: alphabet size
-    eval_sequences: int = MISSING  # sequence tasks: sequences per evaluation set
-    queries: int = MISSING  # associative_recall: pairs asked per training sequence (MQAR); evaluation asks one
+    """Corpora (shakespeare is embedded: no network) and synthetic sequence tasks (``task.name=sequence``)."""
+
+    name: Literal[(*TEXT_SOURCES, *SEQUENCE_TASKS)] = "shakespeare"  # type: ignore[valid-type]
+    root: str = "data"  # download cache; data.root=../shared/data finds a pre-filled one
+    path: Optional[str] = None  # data=textfile: your UTF-8 file (90 / 5 / 5 % split)
+    context: int = 64  # training context length L
+    batch_size: int = 32
+    eval_batch_size: int = 64
+    # Held-out characters scored at each length (validation and length generalisation), cut down to a
+    # multiple of context x lcm(eval.multiples) so every length scores the same ones.
+    eval_tokens: int = 32768
+    random_positions: Optional[int] = None  # N: train on sorted random positions from [0, N) (Ruoss et al. 2023)
+    # With random_positions: evaluate on them too (sampled, as the paper) or on 0..L-1 (arange).
+    random_positions_eval: Literal["sampled", "arange"] = "sampled"
+    download: bool = True
+    symbols: int = 128  # sequence tasks: alphabet size (recall needs one key per pair at 8x)
+    eval_sequences: int = 500  # sequence tasks: sequences per evaluation set and length
+    queries: int = 1  # associative_recall: pairs asked per sequence (MQAR); flip_flop: reads per sequence
 
 
 #: ``model.*``: the causal LM's keyword options, typed and defaulted by its constructor.
@@ -62,9 +70,9 @@ TextModelConfig = options_schema("TextModelConfig", CausalLM, CausalLM.SUPPLIED,
 
 @dataclass
 class LMTaskConfig:
-    """``lm`` for corpora, ``sequence`` for the synthetic tasks (copy, reverse, associative_recall)."""
+    """``lm`` for corpora, ``sequence`` for the synthetic tasks (copy, reverse, associative_recall, flip_flop)."""
 
-    name: Literal["lm", "sequence"] = MISSING
+    name: Literal["lm", "sequence"] = "lm"
 
 
 def check_text(cfg) -> str | None:

@@ -1,14 +1,15 @@
-"""The time-series config schema: the keys of ``task`` / ``data`` / ``model`` / ``eval`` and their types.
+"""The time-series config schema: every ``task`` / ``data`` / ``eval`` option with its type and default.
 
-Values live in ``configs/modality/timeseries.yaml``; value ranges by dotted key in :data:`RANGES`.
+An option is declared once, here (``model.*``: in the forecaster's
+constructor); ``configs/modality/timeseries.yaml`` and experiments set other
+values, and validation and ``poslab train --options`` derive from these
+declarations. Value ranges by dotted key in :data:`RANGES`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Literal, Optional
-
-from omegaconf import MISSING
 
 from poslab.modalities.timeseries.model import Forecaster
 from poslab.modalities.timeseries.sources import SOURCES
@@ -25,15 +26,15 @@ RANGES = {
 
 @dataclass
 class TimeseriesDataConfig:
-    name: Literal[tuple(SOURCES)] = MISSING  # type: ignore[valid-type]
-    root: str = MISSING
-    path: Optional[str] = MISSING
-    lookback: int = MISSING
-    horizon: int = MISSING
-    features: Literal["multivariate", "univariate"] = MISSING
-    batch_size: int = MISSING
-    eval_batch_size: int = MISSING
-    download: bool = MISSING
+    name: Literal[tuple(SOURCES)] = "taylor"  # type: ignore[valid-type]  # taylor is embedded: no network
+    root: str = "data"  # download cache; data.root=../shared/data finds a pre-filled one
+    path: Optional[str] = None  # data=csvfile: your CSV (a date column + numeric columns; 70 / 10 / 20 % split)
+    lookback: int = 336  # past steps L (Taylor: one week of half hours)
+    horizon: int = 48  # future steps H (one day)
+    features: Literal["multivariate", "univariate"] = "multivariate"  # all columns | the target (OT for ETT)
+    batch_size: int = 64
+    eval_batch_size: int = 256
+    download: bool = True
 
 
 #: ``model.*``: the forecaster's keyword options, typed and defaulted by its constructor (``highway`` null:
@@ -43,12 +44,12 @@ ForecasterConfig = options_schema("ForecasterConfig", Forecaster, Forecaster.SUP
 
 @dataclass
 class ForecastTaskConfig:
-    name: Literal["forecast"] = MISSING
+    name: Literal["forecast"] = "forecast"
 
 
 @dataclass
 class TimeseriesEvalConfig(EvalConfig):
     """Baselines and probes at the end of a forecasting run."""
 
-    ridge: float = MISSING  # the linear baseline's ridge penalty
-    irregular_drop: float = MISSING  # fraction of past steps the irregular-sampling probe drops
+    ridge: float = 1.0  # the linear baseline's ridge penalty
+    irregular_drop: float = 0.2  # fraction of past steps the irregular-sampling probe drops

@@ -1,14 +1,15 @@
-"""The video config schema: the keys of ``task`` / ``data`` / ``model`` / ``eval`` and their types.
+"""The video config schema: every ``task`` / ``data`` / ``eval`` option with its type and default.
 
-Values live in ``configs/modality/video.yaml``; value ranges by dotted key in :data:`RANGES`.
+An option is declared once, here (``model.*``: in the ViT's constructor);
+``configs/modality/video.yaml`` and experiments set other values, and
+validation and ``poslab train --options`` derive from these declarations.
+Value ranges by dotted key in :data:`RANGES`.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal, Optional
-
-from omegaconf import MISSING
 
 from poslab.modalities.vision.model import ViT
 from poslab.options import options_schema
@@ -32,23 +33,23 @@ RANGES = {
 
 @dataclass
 class VideoDataConfig:
-    name: Literal["moving_mnist"] = MISSING
-    root: str = MISSING
-    label: Literal["direction", "digit"] = MISSING
-    frames: int = MISSING
-    canvas: int = MISSING
-    digit_size: int = MISSING
-    speed: float = MISSING
-    patch_size: int = MISSING
-    tubelet: int = MISSING
-    coords: Literal["raw", "rescaled"] = MISSING
-    train_clips: int = MISSING
-    val_size: int = MISSING
-    test_size: int = MISSING
-    split_seed: int = MISSING
-    batch_size: int = MISSING
-    eval_batch_size: int = MISSING
-    num_workers: int = MISSING
+    name: Literal["moving_mnist"] = "moving_mnist"  # one embedded MNIST digit moving on a blank canvas
+    root: str = "data"  # cache folder of the embedded digits
+    label: Literal["direction", "digit"] = "direction"  # 8 classes: the start direction | 10: the digit
+    frames: int = 8
+    canvas: int = 32  # px, square
+    digit_size: int = 16  # px: the 28 px digits are resized
+    speed: float = 8.0  # px per frame along each axis it moves on (= the patch size); it bounces off the walls
+    patch_size: int = 8
+    tubelet: int = 1  # frames per token: 1 = patches of one frame (a larger tubelet sees motion without positions)
+    coords: Literal["raw", "rescaled"] = "rescaled"  # other clip sizes: rescaled to the training range | raw
+    train_clips: int = 6000  # training clips from 4,000 training digits (some twice, with another motion)
+    val_size: int = 500  # digits held out for validation clips
+    test_size: int = 500
+    split_seed: int = 0
+    batch_size: int = 64
+    eval_batch_size: int = 250
+    num_workers: int = 0
 
 
 #: ``model.*``: the ViT's keyword options (the space-time ViT adds only the data's ``tubelet``).
@@ -57,16 +58,16 @@ VideoModelConfig = options_schema("VideoModelConfig", ViT, ViT.SUPPLIED, bases=(
 
 @dataclass
 class VideoTaskConfig:
-    name: Literal["classification"] = MISSING
-    label_smoothing: float = MISSING
+    name: Literal["classification"] = "classification"
+    label_smoothing: float = 0.0  # training loss only
 
 
 @dataclass
 class VideoEvalConfig(EvalConfig):
     """End-of-run probes: accuracy on longer clips (temporal) and larger canvases (spatial), raw and rescaled."""
 
-    frames: list[int] = MISSING
-    canvases: list[int] = MISSING
+    frames: list[int] = field(default_factory=list)  # e.g. [16]
+    canvases: list[int] = field(default_factory=list)  # e.g. [64]
 
 
 def check_video(cfg) -> Optional[str]:

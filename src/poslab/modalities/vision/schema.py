@@ -1,14 +1,15 @@
-"""The vision config schema: the keys of ``task`` / ``data`` / ``model`` / ``eval`` and their types.
+"""The vision config schema: every ``task`` / ``data`` / ``eval`` option with its type and default.
 
-Values live in ``configs/modality/vision.yaml``; value ranges by dotted key in :data:`RANGES`.
+An option is declared once, here (``model.*``: in the ViT's constructor);
+``configs/modality/vision.yaml`` and experiments set other values, and
+validation and ``poslab train --options`` derive from these declarations.
+Value ranges by dotted key in :data:`RANGES`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Literal, Optional
-
-from omegaconf import MISSING
 
 from poslab.modalities.vision.model import ViT
 from poslab.modalities.vision.sources import SOURCES
@@ -32,34 +33,34 @@ RANGES = {
 class VisionEvalConfig(EvalConfig):
     """End-of-run resolution probe: test accuracy at these image sizes, raw and rescaled coordinates."""
 
-    image_sizes: list[int] = MISSING
+    image_sizes: list[int] = field(default_factory=list)  # e.g. [56]
 
 
 @dataclass
 class AugmentConfig:
-    """Random affine per image (train only): rotation °, scale ±, shift as image fraction."""
+    """Random affine per training image."""
 
-    enabled: bool = MISSING
-    rotate: float = MISSING
-    scale: float = MISSING
-    translate: float = MISSING
+    enabled: bool = True
+    rotate: float = 10.0  # degrees
+    scale: float = 0.1  # +-10 %
+    translate: float = 0.1  # fraction of the image
 
 
 @dataclass
 class VisionDataConfig:
-    name: Literal[tuple(SOURCES)] = MISSING  # type: ignore[valid-type]
-    root: str = MISSING
-    image_size: Optional[int] = MISSING
-    patch_size: int = MISSING
-    coords: Literal["raw", "rescaled"] = MISSING
-    batch_size: int = MISSING
-    eval_batch_size: int = MISSING
-    num_workers: int = MISSING
-    val_size: int = MISSING
-    test_size: int = MISSING
-    split_seed: int = MISSING
-    download: bool = MISSING
-    quadrant: bool = MISSING  # the quadrant task: digit in one quadrant of a 2x canvas, label = quadrant
+    name: Literal[tuple(SOURCES)] = "mnist5k"  # type: ignore[valid-type]  # mnist5k is embedded: no network
+    root: str = "data"  # download / cache folder
+    image_size: Optional[int] = None  # None: the dataset's own size (28 for MNIST, 32 for CIFAR-10)
+    patch_size: int = 7
+    coords: Literal["raw", "rescaled"] = "rescaled"  # at another image size: rescaled to the training grid | raw
+    batch_size: int = 128
+    eval_batch_size: int = 500
+    num_workers: int = 0  # data is in memory; workers only add start-up time on a CPU
+    val_size: int = 500  # held out of the training images
+    test_size: int = 500  # mnist5k only: the other datasets have an official test split
+    split_seed: int = 0  # fixed, so every run sees the same split
+    download: bool = True
+    quadrant: bool = False  # the quadrant task: digit in one quadrant of a 2x canvas, label = quadrant
     augment: AugmentConfig = field(default_factory=AugmentConfig)
 
 
@@ -69,5 +70,5 @@ ViTConfig = options_schema("ViTConfig", ViT, ViT.SUPPLIED, bases=(ModelConfig,))
 
 @dataclass
 class ClassificationTaskConfig:
-    name: Literal["classification"] = MISSING
-    label_smoothing: float = MISSING
+    name: Literal["classification"] = "classification"
+    label_smoothing: float = 0.1  # training loss only
