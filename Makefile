@@ -38,8 +38,12 @@ install: ## create .venv and install poslab with its dev tools (torch pinned)
 	$(BIN)/pip install torch==2.14.1 torchvision==0.29.1
 	$(BIN)/pip install -e '.[dev]'
 
-test: ## fast test tier (< 5 min on 2 CPU cores)
-	@$(call RUN_PYTEST,-q)
+# The fast tier runs on every core (pytest-xdist, at most 8 workers), one torch thread per worker:
+# on 2 cores that halves its time (278 s -> 140 s measured) against one process with 2 threads.
+TEST_WORKERS ?= auto
+test: export OMP_NUM_THREADS ?= 1
+test: ## fast test tier (< 5 min on 2 CPU cores; TEST_WORKERS=0 runs it in one process)
+	@$(call RUN_PYTEST,-q -n $(TEST_WORKERS) --maxprocesses 8)
 
 test-slow: ## only the slow tier (full-length training checks)
 	@$(call RUN_PYTEST,-q -m slow)
