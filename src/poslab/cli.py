@@ -199,5 +199,18 @@ def _report(summary: dict) -> None:
         print(f"W&B: {wandb['url']}")
 
 
-if __name__ == "__main__":
+#: The commands that train or time models: they flush denormals (help, list, new and sweep import no torch).
+COMPUTING = ("train", "eval", "compare", "bench", "show")
+
+
+def run() -> None:
+    """The ``poslab`` command: denormals flushed before torch starts its threads (:mod:`poslab.denormals`)."""
+    if sys.argv[1:2] and sys.argv[1] in COMPUTING:
+        from poslab.denormals import flush_denormals
+
+        flush_denormals()
     sys.exit(main())
+
+
+if __name__ == "__main__":
+    run()

@@ -224,3 +224,26 @@ def test_offset_kernel_is_exact_where_a_steep_bias_makes_most_probabilities_vani
     expected = torch.autograd.grad(reference.square().sum(), (q, k, v))
     for got, want in zip(grads, expected, strict=True):
         torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-4)
+
+
+def test_the_pinned_torch_has_the_cpu_flash_ops_with_a_mask():
+    """The CPU bias kernel rests on two private ATen ops taking ``attn_mask``; were they gone, attention would
+    quietly fall back to SDPA and lose the causal skip (ALiBi 1.4x ``none`` instead of ~1.1x)."""
+    from poslab.nn.kernels import cpu_flash
+
+    assert cpu_flash.AVAILABLE
+
+
+@pytest.mark.parametrize("learned", [False, True])
+def test_without_the_cpu_flash_ops_attention_falls_back_to_sdpa(learned, monkeypatch):
+    from poslab.nn.kernels import cpu_flash
+
+    monkeypatch.setattr(cpu_flash, "AVAILABLE", False)
+    monkeypatch.setattr(cpu_flash, "causal_bias_attention", None)  # calling it would raise
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 2, 9, 8, requires_grad=True) for _ in range(3))
+    values = torch.randn(2, 17, requires_grad=learned)
+    out = attend(q, k, v, AttentionBias(offsets=values, causal=True), causal=True, dropout=0.0)
+    i, j = torch.arange(9)[:, None], torch.arange(9)[None, :]
+    dense = values[:, j - i + 8].masked_fill(j > i, float("-inf"))[None]
+    torch.testing.assert_close(out, F.scaled_dot_product_attention(q, k, v, attn_mask=dense))

@@ -8,17 +8,21 @@ kernel, which saves the ``[B, H, L, L]`` attention of every layer. Here:
   keys up to the block's last row (causal: the rest is skipped), with that
   block's bias built from the offsets' values (or sliced from a dense bias);
   it saves only the log-sum-exp.
-* backward: the flash backward written out per row block for the whole batch
-  (Dao et al. 2022, FlashAttention, Alg. 4): the probabilities P and
-  dS = P ⊙ (dP − rowsum(dO ⊙ O)) are computed once and give dq, dk, dv and
-  the bias gradient Σ_b dS_b, reduced onto the ``Lq + Lk − 1`` offsets for
-  an offset-only bias.
+* backward of a bias that needs no gradient (ALiBi's fixed slopes): ATen's
+  CPU flash backward, given the same bias and the causal flag (whole), or
+  one block of rows at a time, adding up the blocks' key and value gradients.
+* backward of a learned bias (T5, Shaw, KERPLE): the flash backward written
+  out per row block for the whole batch (Dao et al. 2022, FlashAttention,
+  Alg. 4): the probabilities P and dS = P ⊙ (dP − rowsum(dO ⊙ O)) are
+  computed once and give dq, dk, dv and the bias gradient Σ_b dS_b, reduced
+  onto the ``Lq + Lk − 1`` offsets for an offset-only bias.
 
 Memory therefore grows with L·block, not L², for any offset-only bias.
 
-Relies on ``torch.ops.aten._scaled_dot_product_flash_attention_for_cpu``, a
-private op: :data:`AVAILABLE` is False where it is missing and attention then
-falls back to SDPA. Tested with torch 2.4–2.14.
+Relies on ``torch.ops.aten._scaled_dot_product_flash_attention_for_cpu`` and
+its ``_backward``, private ops: :data:`AVAILABLE` is False where one is
+missing or takes no mask, and attention then falls back to SDPA. Tested with
+torch 2.14 (the pinned version).
 """
 
 from __future__ import annotations
@@ -31,8 +35,15 @@ import torch.nn.functional as F
 from poslab.encoders.offsets import toeplitz_rows
 
 _FLASH = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
-#: Whether the private ATen op this kernel relies on exists in this torch.
-AVAILABLE = _FLASH is not None
+_FLASH_BACKWARD = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu_backward", None)
+
+
+def _takes_a_mask(op) -> bool:
+    return op is not None and "attn_mask" in str(op.default._schema)
+
+
+#: Whether the private ATen ops this kernel relies on exist in this torch and take a mask.
+AVAILABLE = _takes_a_mask(_FLASH) and _takes_a_mask(_FLASH_BACKWARD)
 #: Elements of one float32 temporary per block: the query rows per block follow from it
 #: (measured with ``make bench``: 2^20–2^21 best at L = 1024).
 BLOCK_ELEMENTS = 1 << 21
@@ -62,6 +73,11 @@ class BiasBlocks:
         self.length_q, self.offsets, self.dense = length_q, offsets, dense
         self._whole: torch.Tensor | None = None
 
+    @property
+    def batch(self) -> int:
+        """The bias's own batch size: 1 for offsets or a bias shared by the batch."""
+        return 1 if self.dense is None else self.dense.shape[0]
+
     def whole(self, dtype: torch.dtype) -> torch.Tensor:
         """The whole ``[1 | B, H, Lq, Lq]`` bias in ``dtype``, laid out once for every layer that asks."""
         if self._whole is None or self._whole.dtype != dtype:
@@ -88,12 +104,13 @@ class BiasBlocks:
             else:
                 grad[:, :, start:stop, : block_grad.shape[-1]] = block_grad
             return
-        # Sum along the block's diagonals: flipping the rows and padding each by the row count
-        # makes row t start t places further right, so column c collects offset c − (r − 1) − start.
-        per_head = block_grad.sum(0).flip(-2)  # [H, r, n]
-        heads, rows, keys = per_head.shape
-        skewed = F.pad(per_head, (0, rows)).flatten(-2)[:, : rows * (keys + rows - 1)]
-        diagonals = skewed.view(heads, rows, keys + rows - 1).sum(1)
+        # Sum along the block's diagonals: written with a row stride one less than the buffer's width,
+        # row t starts t places further left, so buffer column rows + c − t collects offset c − t − start.
+        heads, rows, keys = block_grad.shape[1:]
+        width = keys + rows + 1
+        skewed = torch.zeros(heads, rows * width, dtype=grad.dtype, device=grad.device)
+        skewed.as_strided((heads, rows, keys), (rows * width, width - 1, 1), rows).copy_(block_grad.sum(0))
+        diagonals = skewed.view(heads, rows, width).sum(1)[:, 1 : keys + rows]  # offsets −(rows−1) .. keys−1
         first = self.length_q - stop  # value index of offset (0 − (stop − 1))
         grad[:, first : first + keys + rows - 1] += diagonals
 
@@ -121,7 +138,7 @@ class _BlockedCausalBiasAttention(torch.autograd.Function):
             return out
         out = torch.empty_like(q)
         lse = torch.empty(batch, heads, length, dtype=torch.float32, device=q.device)
-        step = _rows_per_block(batch, heads, length)
+        step = _rows_per_block(blocks.batch, heads, length)  # the mask block is its only temporary
         for start in range(0, length, step):
             stop = min(start + step, length)
             mask = _masked_block(blocks.block(values, start, stop, stop), start, stop, q.dtype)
@@ -135,41 +152,70 @@ class _BlockedCausalBiasAttention(torch.autograd.Function):
     def backward(ctx, grad_out):
         q, k, v, values, out, lse = ctx.saved_tensors
         blocks: BiasBlocks = ctx.blocks
+        if not ctx.needs_input_grad[3]:
+            return (*_fixed_bias_backward(grad_out, q, k, v, values, out, lse, blocks), None, None)
         batch, heads, length, dim = q.shape
         scale = dim**-0.5
         delta = (grad_out.float() * out.float()).sum(-1, keepdim=True)  # [B, H, L, 1]
         # [B*H, L, Dh] float32, contiguous once: row blocks of these are matmul-ready without copies
         q2, k2, v2, g2 = (t.float().contiguous().view(batch * heads, length, dim) for t in (q, k, v, grad_out))
         dq, dk, dv = torch.empty_like(q2), torch.zeros_like(k2), torch.zeros_like(v2)
-        need_bias_grad = ctx.needs_input_grad[3]
-        dvalues = torch.zeros(values.shape, dtype=torch.float32, device=values.device) if need_bias_grad else None
-        scaled_q = q2 * scale  # scaling the [L, Dh] queries saves a pass over the [L, L] scores
+        dvalues = torch.zeros(values.shape, dtype=torch.float32, device=values.device)
         values32 = values.float()
+        # One extra column folds a per-row subtraction into the matmul that makes the scores:
+        # [s·q, −lse]·[k, 1]ᵀ = s·q·kᵀ − lse, and [dO, −δ]·[v, 1]ᵀ = dO·vᵀ − δ: two passes over [B, H, r, L] fewer.
+        ones = torch.ones(batch * heads, length, 1, dtype=torch.float32, device=q.device)
+        q_lse = torch.cat((q2 * scale, -lse.reshape(batch * heads, length, 1)), -1)
+        g_delta = torch.cat((g2, -delta.view(batch * heads, length, 1)), -1)
+        k_one, v_one = torch.cat((k2, ones), -1), torch.cat((v2, ones), -1)
         step = _rows_per_block(batch, heads, length)
         for start in range(0, length, step):  # causal: rows start..stop see keys 0..stop only
             stop = min(start + step, length)
             rows, seen, count = slice(start, stop), slice(0, stop), stop - start
-            probs = torch.bmm(scaled_q[:, rows], k2[:, seen].transpose(1, 2)).view(batch, heads, count, stop)
-            probs = probs.add_(blocks.block(values32, start, stop, stop)).sub_(lse[:, :, rows, None])
+            probs = torch.bmm(q_lse[:, rows], k_one[:, seen].transpose(1, 2)).view(batch, heads, count, stop)
+            probs = probs.add_(blocks.block(values32, start, stop, stop))
             probs = F.threshold_(probs.clamp_(min=UNDERFLOW).exp_(), _TINY, 0.0)  # no denormals (UNDERFLOW)
             future = torch.ones(count, count, dtype=torch.bool, device=q.device).triu(1)
             probs[..., start:stop].masked_fill_(future, 0.0)  # only the diagonal part reaches the future
-            grads = torch.bmm(g2[:, rows], v2[:, seen].transpose(1, 2)).view(batch, heads, count, stop)
-            grads = grads.sub_(delta[:, :, rows]).mul_(probs)  # dS
-            if dvalues is not None:
-                blocks.grad_into(dvalues, grads, start, stop)
+            grads = torch.bmm(g_delta[:, rows], v_one[:, seen].transpose(1, 2)).view(batch, heads, count, stop)
+            grads = grads.mul_(probs)  # dS = P ⊙ (dP − δ)
+            blocks.grad_into(dvalues, grads, start, stop)
             probs, grads = probs.view(batch * heads, count, stop), grads.view(batch * heads, count, stop)
             torch.bmm(grads, k2[:, seen], out=dq[:, rows])  # dQ = dS K
-            dk[:, seen].baddbmm_(grads.transpose(1, 2), q2[:, rows])  # dK = dSᵀ Q
-            dv[:, seen].baddbmm_(probs.transpose(1, 2), g2[:, rows])  # dV = Pᵀ dO
+            # dK = dSᵀ Q and dV = Pᵀ dO: a contiguous product added in (baddbmm_ into the strided slice
+            # falls back to one matmul per batch entry)
+            dk[:, seen] += torch.bmm(grads.transpose(1, 2), q2[:, rows])
+            dv[:, seen] += torch.bmm(probs.transpose(1, 2), g2[:, rows])
         shape = (batch, heads, length, dim)
         return (
             dq.mul_(scale).view(shape).to(q.dtype),
             dk.mul_(scale).view(shape).to(k.dtype),
             dv.view(shape).to(v.dtype),
-            None if dvalues is None else dvalues.to(values.dtype),
+            dvalues.to(values.dtype),
             None,
         )
+
+
+def _fixed_bias_backward(grad_out, q, k, v, values, out, lse, blocks: BiasBlocks):
+    """dq, dk, dv through ATen's flash backward: the same kernel ``none`` uses, with the bias as its mask."""
+    _, heads, length, _ = q.shape
+    grad_out = grad_out.contiguous()
+    if heads * length * length <= FULL_MASK_ELEMENTS:
+        return _FLASH_BACKWARD(grad_out, q, k, v, out, lse, 0.0, True, attn_mask=blocks.whole(q.dtype))
+    dq, dk, dv = torch.empty_like(q), torch.zeros_like(k), torch.zeros_like(v)
+    step = _rows_per_block(blocks.batch, heads, length)  # the mask block is its only L-wide temporary
+    for start in range(0, length, step):  # rows start..stop see keys 0..stop: their share of dk, dv
+        stop = min(start + step, length)
+        mask = _masked_block(blocks.block(values, start, stop, stop), start, stop, q.dtype)
+        rows = slice(start, stop)
+        dq_rows, dk_seen, dv_seen = _FLASH_BACKWARD(
+            grad_out[:, :, rows], q[:, :, rows], k[:, :, :stop], v[:, :, :stop], out[:, :, rows],
+            lse[:, :, rows].contiguous(), 0.0, False, attn_mask=mask,
+        )  # fmt: skip
+        dq[:, :, rows] = dq_rows
+        dk[:, :, :stop] += dk_seen
+        dv[:, :, :stop] += dv_seen
+    return dq, dk, dv
 
 
 def causal_bias_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, blocks: BiasBlocks) -> torch.Tensor:
