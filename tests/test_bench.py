@@ -194,3 +194,14 @@ def test_poslab_bench_passes_its_options_through(capsys):
     with pytest.raises(SystemExit) as exit_info:
         cli_main(["bench", "--help"])
     assert exit_info.value.code == 0 and "--lengths" in capsys.readouterr().out
+
+
+def test_encoders_picks_a_subset_timed_against_none_and_a_typo_is_one_line(monkeypatch, tmp_path, capsys):
+    fake_measurements(monkeypatch)
+    out = tmp_path / "results.json"
+    assert main(["--lengths", str(TARGET_LENGTH), "--encoders", "t5", "alibi", "--out", str(out)]) == 0
+    assert [r["encoder"] for r in json.loads(out.read_text())] == ["none", "t5", "alibi"]
+    capsys.readouterr()
+    assert main(["--lengths", "16", "--encoders", "alibj", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("poslab: error: bench: unknown 1D encoder 'alibj'; valid: ") and err.count("\n") == 1

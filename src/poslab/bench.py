@@ -176,11 +176,19 @@ TARGET_LENGTH = 1024
 RECORD_KEYS = ("encoder", "seq_len", "step_ms", "peak_mem_mb", "time_ratio", "memory_ratio")
 
 
-def run(cfg: BenchConfig, lengths: list[int] | None = None) -> list[dict]:
-    """One record per (length, encoder); ratios are against ``none`` at the same length, same run."""
-    from poslab.encoders import available_encoders
+def run(cfg: BenchConfig, lengths: list[int] | None = None, encoders: list[str] | None = None) -> list[dict]:
+    """One record per (length, encoder); ratios are against ``none`` at the same length, same run.
 
-    names = ["none", *[n for n in available_encoders("text") if n != "none"]]
+    ``encoders``: a subset of the 1D encoders (``none`` is always timed, as the reference); an unknown
+    one is a one-line :class:`~poslab.errors.ConfigError` naming the valid ones."""
+    from poslab.encoders import available_encoders
+    from poslab.errors import ConfigError
+
+    valid = available_encoders("text")
+    unknown = [n for n in encoders or [] if n not in valid]
+    if unknown:
+        raise ConfigError(f"bench: unknown 1D encoder '{unknown[0]}'; valid: {', '.join(valid)}")
+    names = ["none", *[n for n in (encoders or valid) if n != "none"]]
     rows = []
     for length in lengths or [cfg.length]:
         at = replace(cfg, length=length)
@@ -214,17 +222,24 @@ def main(argv: list[str] | None = None) -> int:
     from rich.console import Console
     from rich.table import Table
 
+    from poslab.errors import ConfigError
+
     parser = argparse.ArgumentParser(prog="poslab bench", description=__doc__.splitlines()[0])
     for key, value in BenchConfig().__dict__.items():
         if key != "length":
             parser.add_argument(f"--{key}", type=type(value), default=value)
     parser.add_argument("--lengths", type=int, nargs="+", default=[256, 1024, 2048], help="sequence lengths L")
+    parser.add_argument("--encoders", nargs="+", help="a subset of the 1D encoders (none is always timed)")
     parser.add_argument("--out", type=Path, default=Path("reports/bench/results.json"), help="records as JSON")
     parser.add_argument("--check", action="store_true", help="exit 1 when a target at L=1024 is missed")
     args = vars(parser.parse_args(argv))
-    lengths, out, check = args.pop("lengths"), args.pop("out"), args.pop("check")
+    lengths, out, check, encoders = args.pop("lengths"), args.pop("out"), args.pop("check"), args.pop("encoders")
     cfg = BenchConfig(**args)
-    rows = run(cfg, lengths)
+    try:
+        rows = run(cfg, lengths, encoders)
+    except ConfigError as exc:
+        print(f"poslab: error: {exc}", file=sys.stderr)
+        return 2
     table = Table(
         title=f"1D encoders, one training step: batch {cfg.batch}, {cfg.depth}x{cfg.dim}, {cfg.heads} heads, "
         f"{cfg.device}; ratios to none at the same L (targets at L={TARGET_LENGTH})"
