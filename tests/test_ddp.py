@@ -13,8 +13,11 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -124,3 +127,38 @@ def test_two_cpu_processes_make_one_run_with_the_one_process_metrics(modality, r
     for key, value in summary["metrics"].items():
         if key.startswith("test/") and key in alone["metrics"]:
             assert value == pytest.approx(alone["metrics"][key], rel=TOLERANCE), key
+
+
+@pytest.mark.slow
+def test_a_killed_two_process_run_resumes_to_the_uninterrupted_metrics(tiny, tmp_path):
+    """Both DDP processes SIGKILLed after the step-4 checkpoint; resumed with ``resume=`` under DDP again, the
+    run ends with the test metrics of the same run left alone (augmentation on: each rank's random draws
+    must continue where they stopped)."""
+    base = [o for o in tiny if not o.startswith("trainer.limit_test")]
+    base += ["trainer.max_epochs=3", "trainer.limit_train_batches=4", "run.checkpoint_every_n_steps=4"]
+    base += ["data.augment.enabled=true", "model.dropout=0.1"]
+    whole, runs = _ddp_run([*base, "run.name=whole"], tmp_path)
+    expected = json.loads((runs / "vision" / "whole" / "summary.json").read_text())["metrics"]
+
+    argv = [o for o in base if not o.startswith(("logger=", "run.root="))] + ["run.name=killed"]
+    argv += [*TWO_CPU_PROCESSES, "logger=none", f"run.root={runs}"]
+    process = subprocess.Popen([sys.executable, "-m", "poslab.cli", "train", *argv], start_new_session=True)
+    run_dir = runs / "vision" / "killed"
+    checkpoint = run_dir / "checkpoints" / "last.ckpt"
+    deadline = time.time() + 300
+    while not checkpoint.exists() and process.poll() is None and time.time() < deadline:
+        time.sleep(0.05)
+    os.killpg(process.pid, signal.SIGKILL)  # rank 0 and the rank-1 process it launched
+    process.wait()
+    assert process.returncode == -signal.SIGKILL and checkpoint.exists()
+    assert torch.load(checkpoint, weights_only=False)["global_step"] == 4
+
+    resumed = subprocess.run(
+        [sys.executable, "-m", "poslab.cli", "train", *argv, f"resume={run_dir}"],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "Restored all states from the checkpoint" in resumed.stdout + resumed.stderr  # not a fresh start
+    metrics = json.loads((run_dir / "summary.json").read_text())["metrics"]
+    assert metrics["test/acc"] == expected["test/acc"]
+    assert metrics["test/loss"] == pytest.approx(expected["test/loss"], rel=TOLERANCE)

@@ -142,7 +142,7 @@ def test_compare_stops_at_an_interrupt_and_the_same_command_continues_the_grid(t
 
 
 @pytest.mark.slow
-def test_sigkill_then_resume_gives_the_uninterrupted_metrics(tiny, tmp_path):
+def test_sigkill_then_resume_gives_the_uninterrupted_metrics(tiny, tmp_path, caplog):
     """A real process killed with SIGKILL after its step-4 checkpoint; the resumed one ends like a whole run."""
     base = [*tiny, "trainer.max_epochs=4", "trainer.limit_train_batches=4", "run.checkpoint_every_n_steps=4"]
     whole = train(compose([*base, "run.name=whole"]))
@@ -157,6 +157,7 @@ def test_sigkill_then_resume_gives_the_uninterrupted_metrics(tiny, tmp_path):
     process.wait()
     assert process.returncode == -signal.SIGKILL and checkpoint.exists()
     assert main(["train", *slow_steps, f"resume={run_dir}"]) == 0
+    assert f"Restored all states from the checkpoint at {checkpoint}" in caplog.text  # not a fresh start
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["metrics"]["test/acc"] == whole["metrics"]["test/acc"]
     assert summary["metrics"]["test/loss"] == pytest.approx(whole["metrics"]["test/loss"], abs=1e-6)
