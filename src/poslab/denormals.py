@@ -17,9 +17,18 @@ code that imports poslab as a library keeps torch's default unless it calls
 
 from __future__ import annotations
 
+_flushed = False
+
 
 def flush_denormals() -> bool:
     """Turn on flush-to-zero for this process's threads to come; True where the CPU supports it."""
     import torch
 
-    return torch.set_flush_denormal(True)
+    global _flushed
+    _flushed = torch.set_flush_denormal(True)
+    return _flushed
+
+
+def flushed() -> bool:
+    """Whether :func:`flush_denormals` turned flushing on (kernels then skip their own guards)."""
+    return _flushed

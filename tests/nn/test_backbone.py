@@ -12,6 +12,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+import poslab.denormals
 from poslab.encoders import PositionEncoder
 from poslab.nn import SelfAttention, Transformer
 from poslab.nn.attention import AttentionBias, attend
@@ -203,18 +204,24 @@ def test_learned_bias_backward_in_bfloat16_matches_the_float32_reference():
         torch.testing.assert_close(low.float(), full, atol=0.1, rtol=0.05)
 
 
-def test_offset_kernel_is_exact_where_a_steep_bias_makes_most_probabilities_vanish(monkeypatch):
+@pytest.mark.parametrize("flushed", [False, True], ids=["guarded", "flushed"])
+@pytest.mark.parametrize("learned", [False, True], ids=["fixed", "learned"])
+def test_offset_kernel_is_exact_where_a_steep_bias_makes_most_probabilities_vanish(learned, flushed, monkeypatch):
     """Far keys of a steep ALiBi-like bias have probabilities far below float32's normal range; the kernel cuts
     them to zero (no denormals) and its gradients still equal SDPA's."""
     from poslab.nn.kernels import cpu_flash
 
     monkeypatch.setattr(cpu_flash, "FULL_MASK_ELEMENTS", 0)
     monkeypatch.setattr(cpu_flash, "BLOCK_ELEMENTS", 2 * 2 * 64 * 8)
+    # flushed: the process says it flushes denormals, so the kernel skips its cut (this process keeps
+    # them, which costs time, not accuracy)
+    monkeypatch.setattr(poslab.denormals, "_flushed", flushed)
     torch.manual_seed(0)
     length = 64
     q, k, v = (torch.randn(2, 2, length, 8, requires_grad=True) for _ in range(3))
     offsets = torch.arange(-(length - 1), length, dtype=torch.float32)
     values = torch.tensor([[8.0], [2.0]]) * offsets  # -8·(i − j): e^-69 is reached 9 keys back
+    values.requires_grad_(learned)  # learned: the written-out backward; fixed: ATen's
     i, j = torch.arange(length)[:, None], torch.arange(length)[None, :]
     dense = torch.tensor([8.0, 2.0])[:, None, None] * (j - i).float()
     fast = attend(q, k, v, AttentionBias(offsets=values, causal=True), causal=True, dropout=0.0)

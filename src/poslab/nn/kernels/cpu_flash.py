@@ -32,6 +32,7 @@ import math
 import torch
 import torch.nn.functional as F
 
+from poslab import denormals
 from poslab.encoders.offsets import toeplitz_rows
 
 _FLASH = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
@@ -52,7 +53,8 @@ BLOCK_ELEMENTS = 1 << 21
 #: T5 1.47x ``none`` against 1.67x block by block; L = 2048: 1.72x against 1.91x). Past it (L = 4096 with
 #: 4 heads), every block is built from the offsets and memory stays at ``none``'s.
 FULL_MASK_ELEMENTS = 1 << 24
-#: Probabilities below e^UNDERFLOW ≈ 1e−30 are taken as 0 in the backward. Left alone, float32 turns
+#: Unless the process flushes denormals (:mod:`poslab.denormals`, as the ``poslab`` command does),
+#: probabilities below e^UNDERFLOW ≈ 1e−30 are taken as 0 in the backward. Left alone, float32 turns
 #: them (and their products) into denormals, which the CPU computes ~10x slower: ALiBi's far keys made
 #: the whole training step 4.9x ``none`` at L = 1024 (1.6x with this cut). The change to any gradient
 #: is below 1e−30 per key.
@@ -174,7 +176,10 @@ class _BlockedCausalBiasAttention(torch.autograd.Function):
             rows, seen, count = slice(start, stop), slice(0, stop), stop - start
             probs = torch.bmm(q_lse[:, rows], k_one[:, seen].transpose(1, 2)).view(batch, heads, count, stop)
             probs = probs.add_(blocks.block(values32, start, stop, stop))
-            probs = F.threshold_(probs.clamp_(min=UNDERFLOW).exp_(), _TINY, 0.0)  # no denormals (UNDERFLOW)
+            if denormals.flushed():  # the CPU reads and writes them as 0: two passes fewer
+                probs = probs.exp_()
+            else:
+                probs = F.threshold_(probs.clamp_(min=UNDERFLOW).exp_(), _TINY, 0.0)  # no denormals (UNDERFLOW)
             future = torch.ones(count, count, dtype=torch.bool, device=q.device).triu(1)
             probs[..., start:stop].masked_fill_(future, 0.0)  # only the diagonal part reaches the future
             grads = torch.bmm(g_delta[:, rows], v_one[:, seen].transpose(1, 2)).view(batch, heads, count, stop)
