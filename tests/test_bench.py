@@ -205,3 +205,19 @@ def test_encoders_picks_a_subset_timed_against_none_and_a_typo_is_one_line(monke
     assert main(["--lengths", "16", "--encoders", "alibj", "--out", str(out)]) == 2
     err = capsys.readouterr().err
     assert err.startswith("poslab: error: bench: unknown 1D encoder 'alibj'; valid: ") and err.count("\n") == 1
+
+
+def test_encoders_without_a_target_are_timed_past_the_target_length_only_when_named(monkeypatch, tmp_path, capsys):
+    """CoPE (no target, L x L by design) would take most of a default run at 2048: it is timed up to the target
+    length, and at every length when --encoders names it; the run says so."""
+    fake_measurements(monkeypatch)
+    out = tmp_path / "results.json"
+    untargeted = [n for n in TEXT if n != "none" and n not in TARGETS]
+    assert untargeted, "every encoder has a target: nothing to check"
+    assert main(["--lengths", str(TARGET_LENGTH), "2048", "--out", str(out)]) == 0
+    timed = {(r["seq_len"], r["encoder"]) for r in json.loads(out.read_text())}
+    assert {(TARGET_LENGTH, n) for n in TEXT} <= timed
+    assert {(2048, n) for n in TEXT if n not in untargeted} <= timed and not {(2048, n) for n in untargeted} & timed
+    assert f"--encoders {' '.join(sorted(untargeted))} times them at every length" in capsys.readouterr().out
+    assert main(["--lengths", "2048", "--encoders", *untargeted, "--out", str(out)]) == 0
+    assert {r["encoder"] for r in json.loads(out.read_text())} == {"none", *untargeted}
