@@ -7,6 +7,7 @@ import re
 import shutil
 import tokenize
 from dataclasses import dataclass
+from functools import partialmethod
 from pathlib import Path
 
 import pytest
@@ -181,11 +182,12 @@ class ToyTaskModule(PositionTask):
     def training_step(self, batch, batch_idx):
         return self._loss(batch, "train")
 
-    def validation_step(self, batch, batch_idx):
-        self._loss(batch, "val")
+    def _evaluation_step(self, batch, batch_idx, stage):
+        self._loss(batch, stage)
 
-    def test_step(self, batch, batch_idx):
-        self._loss(batch, "test")
+    # Lightning's evaluation hooks, one helper bound to each stage
+    validation_step = partialmethod(_evaluation_step, stage="val")
+    test_step = partialmethod(_evaluation_step, stage="test")
 
 
 TOY_YAML = """# A toy modality registered by a test: order-sensitive digit sequences.

@@ -121,6 +121,20 @@ def _rows_per_block(batch: int, heads: int, length: int) -> int:
     return max(1, BLOCK_ELEMENTS // (batch * heads * length))
 
 
+def _laid_out_whole(heads: int, length: int) -> bool:
+    """Whether the bias is small enough to lay out whole (:data:`FULL_MASK_ELEMENTS`)."""
+    return heads * length * length <= FULL_MASK_ELEMENTS
+
+
+def _mask_blocks(values: torch.Tensor, blocks: BiasBlocks, length: int, heads: int, dtype: torch.dtype):
+    """``(rows, mask)`` per block of query rows: the rows' bias against keys ``0..stop`` with −inf on the
+    future, sized so that the mask (their only ``L``-wide temporary) stays within :data:`BLOCK_ELEMENTS`."""
+    step = _rows_per_block(blocks.batch, heads, length)
+    for start in range(0, length, step):
+        stop = min(start + step, length)
+        yield slice(start, stop), _masked_block(blocks.block(values, start, stop, stop), start, stop, dtype)
+
+
 def _masked_block(bias: torch.Tensor, start: int, stop: int, dtype: torch.dtype) -> torch.Tensor:
     """The bias block with −inf where a row would see a later key (only the diagonal part)."""
     block = bias.to(dtype, copy=True)
@@ -134,19 +148,16 @@ class _BlockedCausalBiasAttention(torch.autograd.Function):
     def forward(ctx, q, k, v, values, blocks: BiasBlocks):
         batch, heads, length, dim = q.shape
         ctx.blocks = blocks
-        if heads * length * length <= FULL_MASK_ELEMENTS:  # small enough to lay out once: one kernel call
+        if _laid_out_whole(heads, length):  # one kernel call
             out, lse = _FLASH(q, k, v, 0.0, True, attn_mask=blocks.whole(q.dtype))
             ctx.save_for_backward(q, k, v, values, out, lse)
             return out
         out = torch.empty_like(q)
         lse = torch.empty(batch, heads, length, dtype=torch.float32, device=q.device)
-        step = _rows_per_block(blocks.batch, heads, length)  # the mask block is its only temporary
-        for start in range(0, length, step):
-            stop = min(start + step, length)
-            mask = _masked_block(blocks.block(values, start, stop, stop), start, stop, q.dtype)
-            o, s = _FLASH(q[:, :, start:stop], k[:, :, :stop], v[:, :, :stop], 0.0, False, attn_mask=mask)
-            out[:, :, start:stop] = o
-            lse[:, :, start:stop] = s
+        for rows, mask in _mask_blocks(values, blocks, length, heads, q.dtype):
+            seen = slice(0, rows.stop)
+            out[:, :, rows], lse[:, :, rows] = _FLASH(q[:, :, rows], k[:, :, seen], v[:, :, seen], 0.0, False,
+                                                      attn_mask=mask)  # fmt: skip
         ctx.save_for_backward(q, k, v, values, out, lse)
         return out
 
@@ -205,21 +216,18 @@ def _fixed_bias_backward(grad_out, q, k, v, values, out, lse, blocks: BiasBlocks
     """dq, dk, dv through ATen's flash backward: the same kernel ``none`` uses, with the bias as its mask."""
     _, heads, length, _ = q.shape
     grad_out = grad_out.contiguous()
-    if heads * length * length <= FULL_MASK_ELEMENTS:
+    if _laid_out_whole(heads, length):
         return _FLASH_BACKWARD(grad_out, q, k, v, out, lse, 0.0, True, attn_mask=blocks.whole(q.dtype))
     dq, dk, dv = torch.empty_like(q), torch.zeros_like(k), torch.zeros_like(v)
-    step = _rows_per_block(blocks.batch, heads, length)  # the mask block is its only L-wide temporary
-    for start in range(0, length, step):  # rows start..stop see keys 0..stop: their share of dk, dv
-        stop = min(start + step, length)
-        mask = _masked_block(blocks.block(values, start, stop, stop), start, stop, q.dtype)
-        rows = slice(start, stop)
+    for rows, mask in _mask_blocks(values, blocks, length, heads, q.dtype):  # the rows' share of dk, dv
+        seen = slice(0, rows.stop)
         dq_rows, dk_seen, dv_seen = _FLASH_BACKWARD(
-            grad_out[:, :, rows], q[:, :, rows], k[:, :, :stop], v[:, :, :stop], out[:, :, rows],
+            grad_out[:, :, rows], q[:, :, rows], k[:, :, seen], v[:, :, seen], out[:, :, rows],
             lse[:, :, rows].contiguous(), 0.0, False, attn_mask=mask,
         )  # fmt: skip
         dq[:, :, rows] = dq_rows
-        dk[:, :, :stop] += dk_seen
-        dv[:, :, :stop] += dv_seen
+        dk[:, :, seen] += dk_seen
+        dv[:, :, seen] += dv_seen
     return dq, dk, dv
 
 
