@@ -186,6 +186,50 @@ def test_offset_bias_kernel_builds_each_block_from_the_offsets(learned, budget, 
         torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-4)
 
 
+@pytest.mark.parametrize("whole", [0, 1 << 30], ids=["blocks", "whole"])
+@pytest.mark.parametrize("band_rows", [3, 4, None], ids=["band-3", "band-4", "written-out"])
+@pytest.mark.parametrize("radius", [1, 5])
+@pytest.mark.parametrize("learned", [False, True])
+def test_flat_offset_bias_equals_sdpa_with_the_clamped_bias_written_out(learned, radius, band_rows, whole, monkeypatch):
+    """A bias flat beyond R, given as its 2R + 1 values: B[h, i, j] = values[h, clamp(j − i, −R, R) + R]. Values
+    and gradients equal SDPA with that bias written out entry by entry, whether the gradient comes from the band
+    of offsets within R (3- and 4-row blocks: a short last block, windows that start before key 0) or from the
+    written-out backward (where the band would not pay)."""
+    from poslab.nn.kernels import cpu_flash
+
+    monkeypatch.setattr(cpu_flash, "BLOCK_ELEMENTS", 2 * 2 * 40 * 7)
+    monkeypatch.setattr(cpu_flash, "FULL_MASK_ELEMENTS", whole)
+    if band_rows is None:
+        monkeypatch.setattr(cpu_flash, "_band_pays", lambda *_: False)
+    else:
+        monkeypatch.setattr(cpu_flash, "BAND_ROWS", band_rows)
+    band_calls = []
+    band_grad = cpu_flash._flat_bias_grad
+    monkeypatch.setattr(cpu_flash, "_flat_bias_grad", lambda *a: band_calls.append(1) or band_grad(*a))
+    torch.manual_seed(0)
+    length = 40
+    q, k, v = (torch.randn(2, 2, length, 8, requires_grad=True) for _ in range(3))
+    values = (2 * torch.randn(2, 2 * radius + 1)).requires_grad_(learned)
+    dense = torch.stack(
+        [
+            torch.stack([values[h, min(max(j - i, -radius), radius) + radius] for j in range(length)])
+            for h in range(2)
+            for i in range(length)
+        ]
+    ).view(2, length, length)
+    fast = attend(q, k, v, AttentionBias(offsets=values, causal=True), causal=True, dropout=0.0)
+    future = torch.ones(length, length, dtype=torch.bool).triu(1)
+    reference = F.scaled_dot_product_attention(q, k, v, attn_mask=dense.masked_fill(future, float("-inf"))[None])
+    torch.testing.assert_close(fast, reference)
+    inputs = (q, k, v, values) if learned else (q, k, v)
+    weights = torch.randn_like(fast)
+    grads = torch.autograd.grad((fast * weights).sum(), inputs)
+    expected = torch.autograd.grad((reference * weights).sum(), inputs)
+    for got, want in zip(grads, expected, strict=True):
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-4)
+    assert bool(band_calls) == (learned and band_rows is not None)
+
+
 def test_learned_bias_backward_in_bfloat16_matches_the_float32_reference():
     """bf16 inputs: the learned-bias backward computes in float32, returns each input's dtype, and its
     gradients match float32 SDPA with the explicit -inf mask to bf16 precision."""

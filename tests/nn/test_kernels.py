@@ -68,19 +68,64 @@ def test_flex_dense_score_mod_reads_a_per_sequence_bias():
 
 @pytest.mark.parametrize("name", OFFSET_ONLY)
 def test_backbone_keeps_an_offset_bias_as_its_offsets_only_when_the_data_says_consecutive(name):
-    """Consecutive positions: 2L − 1 values, no L x L tensor; randomized ones: the dense bias. Same model output
-    where both apply."""
+    """Consecutive positions: 2L − 1 values (up to 2R + 1 for a bias flat beyond R), no L x L tensor; randomized
+    ones: the dense bias. Same model output where both apply."""
     enc = trained_like(name)
     torch.manual_seed(1)
     model = Transformer(enc, dim=HEADS * HEAD_DIM, depth=2, num_heads=HEADS, causal=True)
     stated = Positions.consecutive(LENGTH)
     unstated = Positions(steps=torch.arange(LENGTH).expand(2, -1))  # batched: nothing stated
     compact = model.attention_bias(stated, 0, torch.float32, torch.device("cpu"))
-    assert compact.offsets is not None and compact.offsets.shape == (HEADS, 2 * LENGTH - 1) and compact.dense is None
+    radius = LENGTH - 1 if enc.flat_beyond() is None else min(LENGTH - 1, enc.flat_beyond())
+    assert compact.offsets is not None and compact.offsets.shape == (HEADS, 2 * radius + 1) and compact.dense is None
     full = model.attention_bias(unstated, 0, torch.float32, torch.device("cpu"))
     assert full.dense is not None and full.offsets is None
     x = torch.randn(2, LENGTH, HEADS * HEAD_DIM)
     torch.testing.assert_close(model(x, stated), model(x, unstated), atol=1e-5, rtol=1e-5)
+
+
+FLAT = [n for n in OFFSET_ONLY if build_encoder(n, dim=HEADS * HEAD_DIM, num_heads=HEADS).flat_beyond() is not None]
+
+
+@pytest.mark.parametrize("name", FLAT)
+def test_a_bias_declared_flat_beyond_r_is_flat_beyond_r(name):
+    """``flat_beyond() = R`` promises bias(c) = bias(clamp(c, −R, R)) for every integer offset: checked on
+    both sides, out to 3R, with non-zero weights."""
+    enc = trained_like(name)
+    radius = enc.flat_beyond()
+    offsets = torch.arange(-3 * radius - 5, 3 * radius + 6, dtype=torch.float32)
+    with torch.no_grad():
+        torch.testing.assert_close(
+            enc.relative_bias(offsets), enc.relative_bias(offsets.clamp(-radius, radius)), rtol=0, atol=0
+        )
+        assert not torch.equal(enc.relative_bias(offsets[:1] + 3 * radius), enc.relative_bias(offsets[:1]))
+
+
+@pytest.mark.parametrize("name", FLAT)
+def test_a_flat_bias_trains_the_same_as_its_dense_form(name, monkeypatch):
+    """Long enough for the band gradient (offsets within R only): the model's output and every parameter's
+    gradient equal those of the dense bias through SDPA (randomized-style positions, nothing stated)."""
+    from poslab.nn.kernels import cpu_flash
+
+    monkeypatch.setattr(cpu_flash, "BAND_ROWS", 8)
+    enc = trained_like(name)
+    length = 2 * (enc.flat_beyond() + 8) + 10
+    torch.manual_seed(1)
+    model = Transformer(enc, dim=HEADS * HEAD_DIM, depth=1, num_heads=HEADS, causal=True)
+    x = torch.randn(1, length, HEADS * HEAD_DIM)
+    band_calls = []
+    band_grad = cpu_flash._flat_bias_grad
+    monkeypatch.setattr(cpu_flash, "_flat_bias_grad", lambda *a: band_calls.append(1) or band_grad(*a))
+    results = []
+    for pos in (Positions.consecutive(length), Positions(steps=torch.arange(length)[None])):
+        out = model(x, pos)
+        weights = torch.linspace(-1, 1, out.numel()).view_as(out)
+        results.append((out, torch.autograd.grad((out * weights).sum(), list(model.parameters()))))
+    assert band_calls == [1]
+    (out, grads), (want_out, want_grads) = results
+    torch.testing.assert_close(out, want_out, atol=1e-5, rtol=1e-5)
+    for got, want in zip(grads, want_grads, strict=True):
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-4)
 
 
 def test_structure_mask_without_a_bias_keeps_the_causal_rule():

@@ -18,7 +18,9 @@ A bias that depends only on the offset ``k − q`` (ALiBi, T5, Shaw) overrides
 ``relative_bias(offsets)`` instead: ``attention_bias`` is derived from it, and
 the attention kernels build the bias block by block from its ``Lq + Lk − 1``
 values (FlexAttention's ``score_mod`` on a GPU, a blocked kernel on the CPU),
-so no ``L × L`` tensor is needed.
+so no ``L × L`` tensor is needed. One that is flat beyond some distance
+(clipped: Shaw, T5) says so with ``flat_beyond()``, and the kernels take
+only the values up to it.
 
 The backbone calls the hooks and never names an encoder; an encoder overrides
 the hooks it uses. ``pos`` is either a :class:`~poslab.positions.Positions`
@@ -104,6 +106,15 @@ class PositionEncoder(nn.Module):
         """Bias of each offset ``k − q`` (float ``offsets`` of any shape) -> ``[H, *offsets.shape]``.
 
         Only for biases that depend on the offset alone; default: None.
+        """
+        return None
+
+    def flat_beyond(self) -> int | None:
+        """A distance R with ``relative_bias(c) == relative_bias(clamp(c, −R, R))`` for every integer offset c
+        (Shaw's clipping, T5's last bucket), or None (default).
+
+        The backbone then passes attention the ``2R + 1`` values only, and the CPU kernel computes their
+        gradient from the offsets within R: in a long sequence, most of its backward is ATen's own.
         """
         return None
 

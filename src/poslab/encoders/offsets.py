@@ -27,6 +27,20 @@ def toeplitz_offsets(length_q: int, length_k: int, shift: int = 0, device=None) 
     return torch.arange(-(length_q - 1), length_k, device=device, dtype=torch.float32) + shift
 
 
+def clamped_offsets(radius: int, length_q: int, length_k: int, device=None) -> torch.Tensor:
+    """Index into ``[..., 2R + 1]`` values at offsets ``−R … R`` (``R = radius``) of each offset
+    ``−(Lq − 1) … Lk − 1``: offsets beyond ±R read the edge values (a bias flat beyond R)."""
+    offsets = torch.arange(-(length_q - 1), length_k, device=device)
+    return offsets.clamp(-radius, radius) + radius
+
+
+def offset_radius(values: torch.Tensor) -> int:
+    """R of ``[..., 2R + 1]`` values at the offsets ``−R … R``."""
+    if values.shape[-1] % 2 == 0:
+        raise ValueError(f"offset values cover −R..R, an odd count; got {values.shape[-1]}")
+    return (values.shape[-1] - 1) // 2
+
+
 def toeplitz_rows(values: torch.Tensor, length_q: int, rows: slice, keys: slice) -> torch.Tensor:
     """Rows ``rows`` x keys ``keys`` of the bias whose offset ``k − q`` has value ``values[..., k − q + Lq − 1]``.
 

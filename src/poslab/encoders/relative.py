@@ -31,5 +31,9 @@ class ClippedRelative(PositionEncoder):
         index = index.clamp(-self.max_distance, self.max_distance) + self.max_distance
         return self.bias(index).movedim(-1, 0)  # [..., H] -> [H, ...]
 
+    def flat_beyond(self) -> int:
+        """Offsets are clipped to ±``max_distance``."""
+        return self.max_distance
+
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, max_distance={self.max_distance}"

@@ -71,6 +71,10 @@ class T5Bias(PositionEncoder):
         )
         return self.bias(buckets).movedim(-1, 0)  # [..., H] -> [H, ...]
 
+    def flat_beyond(self) -> int:
+        """Every distance from ``max_distance`` on falls in the last bucket of its direction."""
+        return self.max_distance
+
     def extra_repr(self) -> str:
         return (
             f"{super().extra_repr()}, num_buckets={self.num_buckets}, "

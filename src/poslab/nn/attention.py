@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from poslab.encoders.base import PositionEncoder
-from poslab.encoders.offsets import toeplitz_rows
+from poslab.encoders.offsets import clamped_offsets, offset_radius, toeplitz_rows
 from poslab.nn.kernels import cpu_flash, flex
 from poslab.positions import Positions
 
@@ -26,9 +26,11 @@ class AttentionBias:
 
     Exactly one form of the additive bias, or none:
 
-    * ``offsets`` — ``[H, Lq + Lk − 1]`` values of an offset-only bias on
-      consecutive positions (ALiBi, T5, Shaw in the usual case): the kernels
-      build it block by block, so it costs no ``L × L`` tensor;
+    * ``offsets`` — ``[H, 2R + 1]`` values of an offset-only bias on
+      consecutive positions (ALiBi, T5, Shaw in the usual case) at the offsets
+      ``−R … R``; offsets beyond ±R take the edge values (``R = L − 1``, or
+      less for a bias flat beyond R): the kernels build it block by block, so
+      it costs no ``L × L`` tensor;
     * ``dense`` — ``[1 | B, H, Lq, Lk]`` (any other bias).
 
     ``allowed``: a boolean ``[Lq, Lk]`` structure mask (True = may attend), e.g.
@@ -58,10 +60,18 @@ class AttentionBias:
     def additive(self) -> bool:
         return self.offsets is not None or self.dense is not None
 
+    def offset_values(self, length_q: int, length_k: int) -> torch.Tensor:
+        """``[H, Lq + Lk − 1]``: the value of each offset ``−(Lq − 1) … Lk − 1`` (differentiable)."""
+        radius = offset_radius(self.offsets)
+        if radius == length_q - 1 == length_k - 1:
+            return self.offsets
+        return self.offsets[:, clamped_offsets(radius, length_q, length_k, self.offsets.device)]
+
     def full(self, length_q: int, length_k: int) -> torch.Tensor | None:
         """The additive bias as a ``[1 | B, H, Lq, Lk]`` tensor (materialises offsets)."""
         if self.offsets is not None:
-            return toeplitz_rows(self.offsets, length_q, slice(0, length_q), slice(0, length_k)).unsqueeze(0)
+            values = self.offset_values(length_q, length_k)
+            return toeplitz_rows(values, length_q, slice(0, length_q), slice(0, length_k)).unsqueeze(0)
         return self.dense
 
     def masked(self, length_q: int, length_k: int, device: torch.device) -> torch.Tensor | None:
@@ -86,7 +96,7 @@ class AttentionBias:
 
     def score_mod(self, length_q: int):
         if self.offsets is not None:
-            return flex.offset_score_mod(self.offsets, length_q)
+            return flex.offset_score_mod(self.offset_values(length_q, length_q), length_q)
         return flex.dense_score_mod(self.dense)
 
     def block_mask(self, length_q: int, length_k: int, device: torch.device):

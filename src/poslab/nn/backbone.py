@@ -18,7 +18,6 @@ import torch.nn.functional as F
 from torch import nn
 
 from poslab.encoders.base import PositionEncoder
-from poslab.encoders.offsets import toeplitz_offsets
 from poslab.nn.attention import AttentionBias, SelfAttention
 from poslab.positions import Positions, steps_start
 
@@ -94,14 +93,16 @@ class Transformer(nn.Module):
         """The encoder's bias (zero for prefix tokens), once per forward pass for all layers.
 
         An offset-only bias on consecutive positions stays as its ``2L − 1``
-        values (the kernels build it block by block); any other is laid out
-        ``[1 | B, H, L, L]``.
+        values, or ``2R + 1`` for one flat beyond R (the kernels build it block
+        by block); any other is laid out ``[1 | B, H, L, L]``.
         """
         allowed = None if allowed is None else allowed.to(device)
         encoder = encoder or self.encoder
         if encoder.uses("relative_bias") and not num_prefix_tokens and steps_start(pos) is not None:
-            length = encoder.field(pos).shape[-1]
-            values = encoder.relative_bias(toeplitz_offsets(length, length, device=device))
+            radius = encoder.field(pos).shape[-1] - 1
+            flat_beyond = encoder.flat_beyond()
+            radius = radius if flat_beyond is None else min(radius, flat_beyond)
+            values = encoder.relative_bias(torch.arange(-radius, radius + 1, dtype=torch.float32, device=device))
             return AttentionBias(
                 offsets=values.to(device=device, dtype=torch.float32), causal=self.causal, allowed=allowed
             )
