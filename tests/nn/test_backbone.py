@@ -186,28 +186,39 @@ def test_offset_bias_kernel_builds_each_block_from_the_offsets(learned, budget, 
         torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-4)
 
 
+# how a bias flat beyond R runs: (rows per band block, split near / far keys, band gradient)
+FLAT_PATHS = {
+    "split-3": (3, True, True),
+    "split-4": (4, True, True),
+    "band": (4, False, True),
+    "written-out": (4, False, False),
+}
+
+
 @pytest.mark.parametrize("whole", [0, 1 << 30], ids=["blocks", "whole"])
-@pytest.mark.parametrize("band_rows", [3, 4, None], ids=["band-3", "band-4", "written-out"])
+@pytest.mark.parametrize("path", list(FLAT_PATHS))
 @pytest.mark.parametrize("radius", [1, 5])
 @pytest.mark.parametrize("learned", [False, True])
-def test_flat_offset_bias_equals_sdpa_with_the_clamped_bias_written_out(learned, radius, band_rows, whole, monkeypatch):
+def test_flat_offset_bias_equals_sdpa_with_the_clamped_bias_written_out(learned, radius, path, whole, monkeypatch):
     """A bias flat beyond R, given as its 2R + 1 values: B[h, i, j] = values[h, clamp(j − i, −R, R) + R]. Values
-    and gradients equal SDPA with that bias written out entry by entry, whether the gradient comes from the band
-    of offsets within R (3- and 4-row blocks: a short last block, windows that start before key 0) or from the
-    written-out backward (where the band would not pay)."""
+    and gradients equal SDPA with that bias written out entry by entry on every path: near keys apart from far
+    ones (3- and 4-row blocks: a short last block, windows that start before key 0) or one masked call; the bias
+    gradient from the band of offsets within R or from the written-out backward."""
     from poslab.nn.kernels import cpu_flash
 
-    monkeypatch.setattr(cpu_flash, "BLOCK_ELEMENTS", 2 * 2 * 40 * 7)
+    rows, split, band = FLAT_PATHS[path]
+    monkeypatch.setattr(cpu_flash, "BLOCK_ELEMENTS", 2 * 2 * 43 * 7)
     monkeypatch.setattr(cpu_flash, "FULL_MASK_ELEMENTS", whole)
-    if band_rows is None:
+    monkeypatch.setattr(cpu_flash, "BAND_ROWS", rows)
+    monkeypatch.setattr(cpu_flash, "SPLIT_FRACTION", 1 if split else 100)
+    if not band:
         monkeypatch.setattr(cpu_flash, "_band_pays", lambda *_: False)
-    else:
-        monkeypatch.setattr(cpu_flash, "BAND_ROWS", band_rows)
-    band_calls = []
-    band_grad = cpu_flash._flat_bias_grad
-    monkeypatch.setattr(cpu_flash, "_flat_bias_grad", lambda *a: band_calls.append(1) or band_grad(*a))
+    calls = []
+    for name in ("_flat_forward", "_flat_bias_grad"):
+        original = getattr(cpu_flash, name)
+        monkeypatch.setattr(cpu_flash, name, lambda *a, f=original, n=name: calls.append(n) or f(*a))
     torch.manual_seed(0)
-    length = 40
+    length = 43  # blocks of 3 or 4 rows and a shorter last one
     q, k, v = (torch.randn(2, 2, length, 8, requires_grad=True) for _ in range(3))
     values = (2 * torch.randn(2, 2 * radius + 1)).requires_grad_(learned)
     dense = torch.stack(
@@ -227,25 +238,34 @@ def test_flat_offset_bias_equals_sdpa_with_the_clamped_bias_written_out(learned,
     expected = torch.autograd.grad((reference * weights).sum(), inputs)
     for got, want in zip(grads, expected, strict=True):
         torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-4)
-    assert bool(band_calls) == (learned and band_rows is not None)
+    split_taken = split and not whole  # a bias laid out whole is read from that layout
+    assert calls == ["_flat_forward"] * split_taken + ["_flat_bias_grad"] * (learned and band)
 
 
-def test_learned_bias_backward_in_bfloat16_matches_the_float32_reference():
-    """bf16 inputs: the learned-bias backward computes in float32, returns each input's dtype, and its
-    gradients match float32 SDPA with the explicit -inf mask to bf16 precision."""
+def test_flat_bias_in_bfloat16_matches_the_float32_reference(monkeypatch):
+    """bf16 through the near / far split (the two softmaxes merged in float32): values and every gradient match
+    float32 SDPA with the clamped bias written out, to bf16 precision."""
+    from poslab.nn.kernels import cpu_flash
+
+    monkeypatch.setattr(cpu_flash, "BAND_ROWS", 4)
+    monkeypatch.setattr(cpu_flash, "SPLIT_FRACTION", 1)
+    monkeypatch.setattr(cpu_flash, "FULL_MASK_ELEMENTS", 0)
     torch.manual_seed(0)
-    q, k, v, bias = torch.randn(2, 2, 9, 8), torch.randn(2, 2, 9, 8), torch.randn(2, 2, 9, 8), torch.randn(1, 2, 9, 9)
-    inputs = [t.clone().to(torch.bfloat16).requires_grad_() for t in (q, k, v, bias)]
-    out = attend(*inputs[:3], AttentionBias(dense=inputs[3], causal=True), causal=True, dropout=0.0)
-    grads = torch.autograd.grad(out.float().square().sum(), inputs)
-    reference = [t.clone().requires_grad_() for t in (q, k, v, bias)]
-    future = torch.ones(9, 9, dtype=torch.bool).triu(1)
-    masked = reference[3].masked_fill(future, float("-inf"))
-    expected = F.scaled_dot_product_attention(*reference[:3], attn_mask=masked)
-    expected = torch.autograd.grad(expected.square().sum(), reference)
-    for low, full in zip(grads, expected, strict=True):
-        assert low.dtype == torch.bfloat16
-        torch.testing.assert_close(low.float(), full, atol=0.1, rtol=0.05)
+    length, radius = 40, 5
+    q, k, v = (torch.randn(2, 2, length, 8) for _ in range(3))
+    values = torch.randn(2, 2 * radius + 1)
+    i, j = torch.arange(length)[:, None], torch.arange(length)[None, :]
+    low = [t.clone().to(torch.bfloat16).requires_grad_() for t in (q, k, v, values)]
+    out = attend(*low[:3], AttentionBias(offsets=low[3], causal=True), causal=True, dropout=0.0)
+    assert out.dtype == torch.bfloat16
+    grads = torch.autograd.grad(out.float().square().sum(), low)
+    full = [t.clone().requires_grad_() for t in (q, k, v, values)]
+    dense = full[3][:, (j - i).clamp(-radius, radius) + radius].masked_fill(j > i, float("-inf"))[None]
+    expected = F.scaled_dot_product_attention(*full[:3], attn_mask=dense)
+    torch.testing.assert_close(out.float(), expected, atol=0.05, rtol=0.05)
+    for got, want in zip(grads, torch.autograd.grad(expected.square().sum(), full), strict=True):
+        assert got.dtype == torch.bfloat16
+        torch.testing.assert_close(got.float(), want, atol=0.1, rtol=0.05)
 
 
 @pytest.mark.parametrize("flushed", [False, True], ids=["guarded", "flushed"])

@@ -103,25 +103,29 @@ def test_a_bias_declared_flat_beyond_r_is_flat_beyond_r(name):
 
 @pytest.mark.parametrize("name", FLAT)
 def test_a_flat_bias_trains_the_same_as_its_dense_form(name, monkeypatch):
-    """Long enough for the band gradient (offsets within R only): the model's output and every parameter's
-    gradient equal those of the dense bias through SDPA (randomized-style positions, nothing stated)."""
+    """Long enough for the near / far split and the band gradient (offsets within R only): the model's output
+    and every parameter's gradient equal those of the dense bias through SDPA (nothing stated about the
+    positions)."""
     from poslab.nn.kernels import cpu_flash
 
     monkeypatch.setattr(cpu_flash, "BAND_ROWS", 8)
+    monkeypatch.setattr(cpu_flash, "SPLIT_FRACTION", 2)  # near and far keys apart
+    monkeypatch.setattr(cpu_flash, "FULL_MASK_ELEMENTS", 0)
     enc = trained_like(name)
     length = 2 * (enc.flat_beyond() + 8) + 10
     torch.manual_seed(1)
     model = Transformer(enc, dim=HEADS * HEAD_DIM, depth=1, num_heads=HEADS, causal=True)
     x = torch.randn(1, length, HEADS * HEAD_DIM)
-    band_calls = []
-    band_grad = cpu_flash._flat_bias_grad
-    monkeypatch.setattr(cpu_flash, "_flat_bias_grad", lambda *a: band_calls.append(1) or band_grad(*a))
+    calls = []
+    for kernel in ("_flat_forward", "_flat_bias_grad"):
+        original = getattr(cpu_flash, kernel)
+        monkeypatch.setattr(cpu_flash, kernel, lambda *a, f=original, n=kernel: calls.append(n) or f(*a))
     results = []
     for pos in (Positions.consecutive(length), Positions(steps=torch.arange(length)[None])):
         out = model(x, pos)
         weights = torch.linspace(-1, 1, out.numel()).view_as(out)
         results.append((out, torch.autograd.grad((out * weights).sum(), list(model.parameters()))))
-    assert band_calls == [1]
+    assert calls == ["_flat_forward", "_flat_bias_grad"]  # the stated positions only
     (out, grads), (want_out, want_grads) = results
     torch.testing.assert_close(out, want_out, atol=1e-5, rtol=1e-5)
     for got, want in zip(grads, want_grads, strict=True):

@@ -60,6 +60,11 @@ FULL_MASK_ELEMENTS = 1 << 24
 #: ``[B, H, rows, rows + R − 1]``, kept within :data:`BLOCK_ELEMENTS` (one layer's backward, L = 1024,
 #: batch 4 x 4 heads: 32–64 rows best for R = 32 and R = 128).
 BAND_ROWS = 64
+#: Past the whole layout, a bias flat beyond R splits its keys into near ones (with the bias) and far ones
+#: (without) where the band R + rows is at most 1/SPLIT_FRACTION of the sequence. A training step at
+#: L = 4096 (the ``make bench`` model): T5 1.66x ``none`` -> 1.25x, Shaw 1.66x -> 1.22x. Where the bias is
+#: laid out whole, that layout serves every layer and the split did not pay (L = 1024, 2048).
+SPLIT_FRACTION = 8
 #: Unless the process flushes denormals (:mod:`poslab.denormals`, as the ``poslab`` command does),
 #: probabilities below e^UNDERFLOW ≈ 1e−30 are taken as 0 in the backward. Left alone, float32 turns
 #: them (and their products) into denormals, which the CPU computes ~10x slower: ALiBi's far keys made
@@ -83,6 +88,7 @@ class BiasBlocks:
         self.length_q, self.offsets, self.dense = length_q, offsets, dense
         self.radius = None if offsets is None else offset_radius(offsets)
         self._sources: dict[torch.dtype, torch.Tensor] = {}
+        self._tiles: dict[tuple[int, torch.dtype], torch.Tensor] = {}
         self._whole: torch.Tensor | None = None
 
     @property
@@ -105,9 +111,11 @@ class BiasBlocks:
         if dtype not in self._sources:
             if self.offsets is None:
                 source = self.dense
-            else:
-                index = clamped_offsets(self.radius, self.length_q, self.length_q, self.offsets.device)
-                source = self.offsets if self.radius == self.length_q - 1 else self.offsets[:, index]
+            elif self.radius == self.length_q - 1:
+                source = self.offsets
+            else:  # a flat bias less its far edge value: the same softmax, and the far keys' bias is 0
+                shifted = self.offsets - self.offsets[:, :1] if self.flat else self.offsets
+                source = shifted[:, clamped_offsets(self.radius, self.length_q, self.length_q, shifted.device)]
             self._sources[dtype] = source.to(dtype)
         return self._sources[dtype]
 
@@ -136,6 +144,22 @@ class BiasBlocks:
         future = torch.ones(stop - start, stop - start, dtype=torch.bool, device=block.device).triu(1)
         block[..., start:stop].masked_fill_(future, float("-inf"))
         return block
+
+    def band_tile(self, rows: int, dtype: torch.dtype) -> torch.Tensor:
+        """``[1, H, rows, rows + R − 1]``: any block of ``rows`` query rows against its window of keys, from
+        R − 1 before its first row to its last, row t and column u being offset u − t − (R − 1) (the same in
+        every block). The values less the far edge's (the softmax is unchanged, and the far keys' bias is 0)
+        within the band of offsets −(R − 1) … 0, −inf outside it. Made once per shape."""
+        key = (rows, dtype)
+        if key not in self._tiles:
+            radius = self.radius
+            width = rows + radius - 1
+            device = self.offsets.device
+            offset = torch.arange(width, device=device) - torch.arange(rows, device=device)[:, None] - (radius - 1)
+            shifted = self.offsets.float() - self.offsets[:, :1].float()
+            tile = shifted[:, offset.clamp(-radius, radius) + radius]
+            self._tiles[key] = tile.masked_fill((offset > 0) | (offset <= -radius), float("-inf"))[None].to(dtype)
+        return self._tiles[key]
 
     def grad_into(self, grad: torch.Tensor, block_grad: torch.Tensor, start: int, stop: int) -> None:
         """Add a block's gradient ``[B, H, r, end]`` to ``grad``: shaped like :attr:`tensor`, or for offsets
@@ -187,16 +211,20 @@ class _BlockedCausalBiasAttention(torch.autograd.Function):
     def forward(ctx, q, k, v, values, blocks: BiasBlocks):
         batch, heads, length, dim = q.shape
         ctx.blocks = blocks
-        if _laid_out_whole(heads, length):  # one kernel call
+        # a flat bias past the whole layout: near keys with the bias, far keys without
+        laid_out = _laid_out_whole(heads, length)
+        ctx.split = blocks.flat and not laid_out and _split_pays(batch * heads, blocks.radius, length)
+        if ctx.split:
+            out, lse = _flat_forward(q, k, v, blocks)
+        elif laid_out:  # one kernel call
             out, lse = _FLASH(q, k, v, 0.0, True, attn_mask=blocks.whole(q.dtype))
-            ctx.save_for_backward(q, k, v, out, lse)
-            return out
-        out = torch.empty_like(q)
-        lse = torch.empty(batch, heads, length, dtype=torch.float32, device=q.device)
-        for rows, mask in _mask_blocks(blocks, length, heads, q.dtype):
-            seen = slice(0, rows.stop)
-            out[:, :, rows], lse[:, :, rows] = _FLASH(q[:, :, rows], k[:, :, seen], v[:, :, seen], 0.0, False,
-                                                      attn_mask=mask)  # fmt: skip
+        else:
+            out = torch.empty_like(q)
+            lse = torch.empty(batch, heads, length, dtype=torch.float32, device=q.device)
+            for rows, mask in _mask_blocks(blocks, length, heads, q.dtype):
+                seen = slice(0, rows.stop)
+                out[:, :, rows], lse[:, :, rows] = _FLASH(q[:, :, rows], k[:, :, seen], v[:, :, seen], 0.0, False,
+                                                          attn_mask=mask)  # fmt: skip
         ctx.save_for_backward(q, k, v, out, lse)
         return out
 
@@ -204,14 +232,13 @@ class _BlockedCausalBiasAttention(torch.autograd.Function):
     def backward(ctx, grad_out):
         q, k, v, out, lse = ctx.saved_tensors
         blocks: BiasBlocks = ctx.blocks
-        values = blocks.tensor
-        if not ctx.needs_input_grad[3]:
-            return (*_fixed_bias_backward(grad_out, q, k, v, out, lse, blocks), None, None)
+        learned = ctx.needs_input_grad[3]
         batch, heads, length, _ = q.shape
-        if blocks.flat and _band_pays(batch * heads, blocks.radius, length):
-            dvalues = _flat_bias_grad(grad_out, q, k, v, out, lse, blocks)
-            return (*_fixed_bias_backward(grad_out, q, k, v, out, lse, blocks), dvalues.to(values.dtype), None)
-        return (*_learned_bias_backward(grad_out, q, k, v, out, lse, blocks), None)
+        if learned and not (blocks.flat and _band_pays(batch * heads, blocks.radius, length)):
+            return (*_learned_bias_backward(grad_out, q, k, v, out, lse, blocks), None)
+        dvalues = _flat_bias_grad(grad_out, q, k, v, out, lse, blocks).to(blocks.tensor.dtype) if learned else None
+        backward = _flat_fixed_backward if ctx.split else _fixed_bias_backward
+        return (*backward(grad_out, q, k, v, out, lse, blocks), dvalues, None)
 
 
 def _learned_bias_backward(grad_out, q, k, v, out, lse, blocks: BiasBlocks):
@@ -273,8 +300,139 @@ def _band_rows(batch_heads: int, radius: int) -> int:
 
 def _band_pays(batch_heads: int, radius: int, length: int) -> bool:
     """Whether the band of offsets within ``radius`` (plus a row block) is under half of every row's keys:
-    the band kernel then reads less than the causal half that the written-out backward covers."""
-    return 2 * (radius + _band_rows(batch_heads, radius)) <= length
+    splitting near keys from far ones then leaves most of the work to the kernels without a bias."""
+    return radius >= 1 and 2 * (radius + _band_rows(batch_heads, radius)) <= length
+
+
+def _split_pays(batch_heads: int, radius: int, length: int) -> bool:
+    """Whether the band of offsets within ``radius`` (plus a row block) is at most 1/:data:`SPLIT_FRACTION`
+    of the sequence: then the near keys' kernel calls (with a bias) cost less than building the bias for
+    every block of rows."""
+    return radius >= 1 and SPLIT_FRACTION * (radius + _band_rows(batch_heads, radius)) <= length
+
+
+def _band_windows(length: int, radius: int, rows: int):
+    """``(rows, keys, columns)`` per block of query rows: its keys from R − 1 before its first row (or
+    key 0) to its last row, and which columns of :meth:`BiasBlocks.band_tile` they are."""
+    for start in range(0, length, rows):
+        stop = min(start + rows, length)
+        first = max(0, start - radius + 1)
+        skip = first - (start - radius + 1)  # window columns that would fall before key 0
+        yield slice(start, stop), slice(first, stop), slice(skip, skip + stop - first)
+
+
+def _near_rows(batch_heads: int, radius: int) -> int:
+    """Query rows per block of near keys: at least R − 1, so that a block's window reaches back into the
+    previous block only."""
+    return max(_band_rows(batch_heads, radius), radius - 1)
+
+
+def _near_runs(length: int, radius: int, rows: int):
+    """``(start, count, size, head)``: runs of ``count`` blocks of ``size`` query rows from ``start``, each
+    against the ``head`` keys before its first row and its own rows. The first block has no key before it;
+    the full blocks after it go to the kernel together, as one batch; a short last block comes alone."""
+    full = length // rows
+    yield 0, 1, rows, 0
+    if full > 1:
+        yield rows, full - 1, rows, radius - 1
+    if length > full * rows:
+        yield full * rows, 1, length - full * rows, radius - 1
+
+
+def _as_blocks(x: torch.Tensor, start: int, count: int, size: int) -> torch.Tensor:
+    """Rows ``start …`` of ``[B, H, L, …]`` as ``count`` blocks of ``size`` rows in the batch:
+    ``[B·count, H, size, …]``."""
+    batch, heads, _, *rest = x.shape
+    blocks = x[:, :, start : start + count * size].reshape(batch, heads, count, size, *rest).transpose(1, 2)
+    return blocks.reshape(batch * count, heads, size, *rest)
+
+
+def _as_windows(x: torch.Tensor, first: int, count: int, size: int, width: int) -> torch.Tensor:
+    """``count`` windows of ``width`` rows of ``[B, H, L, D]``, from ``first`` every ``size``:
+    ``[B·count, H, width, D]``."""
+    batch, heads, _, dim = x.shape
+    windows = x[:, :, first : first + (count - 1) * size + width].unfold(2, width, size)  # [B, H, count, D, width]
+    return windows.permute(0, 2, 1, 4, 3).reshape(batch * count, heads, width, dim)
+
+
+def _from_blocks(y: torch.Tensor, batch: int) -> torch.Tensor:
+    """Inverse of :func:`_as_blocks`: ``[B·count, H, size, …]`` -> ``[B, H, count·size, …]``."""
+    count, heads, size, *rest = y.shape[0] // batch, *y.shape[1:]
+    return y.reshape(batch, count, heads, size, *rest).transpose(1, 2).reshape(batch, heads, count * size, *rest)
+
+
+def _add_windows(target: torch.Tensor, grads: torch.Tensor, start: int, count: int, size: int, head: int) -> None:
+    """Add the key gradients of :func:`_near_runs`' windows (``[B·count, H, head + size, D]``) into ``target``:
+    each window's own rows, and its ``head`` rows, which are the previous block's last ones."""
+    batch, heads, _, dim = target.shape
+    grads = grads.view(batch, count, heads, head + size, dim).transpose(1, 2)
+    target[:, :, start : start + count * size].view(batch, heads, count, size, dim).add_(grads[..., head:, :])
+    if head and count == 1:
+        target[:, :, start - head : start] += grads[:, :, 0, :head]
+    elif head:
+        previous = target[:, :, start - size : start - size + count * size].view(batch, heads, count, size, dim)
+        previous[..., size - head :, :] += grads[..., :head, :]
+
+
+def _flat_forward(q, k, v, blocks: BiasBlocks):
+    """Attention under a bias flat beyond R: the near keys (offsets −(R − 1) … 0) block by block with the
+    band tile as mask (the blocks of a run in one kernel call, as a batch), the far keys (every offset
+    ≤ −R: bias 0 once the edge value is taken off) in one kernel call without a mask (rows R … L − 1
+    against keys 0 … L − R − 1 is a causal square), and the two softmaxes merged through their
+    log-sum-exps."""
+    batch, heads, length, _ = q.shape
+    radius = blocks.radius
+    rows = _near_rows(batch * heads, radius)
+    tile = blocks.band_tile(rows, q.dtype)
+    out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    lse = torch.empty(batch, heads, length, dtype=torch.float32, device=q.device)
+    for start, count, size, head in _near_runs(length, radius, rows):
+        mask = tile[:, :, :size, radius - 1 - head : radius - 1 + size]
+        near = _FLASH(
+            _as_blocks(q, start, count, size), _as_windows(k, start - head, count, size, head + size),
+            _as_windows(v, start - head, count, size, head + size), 0.0, False, attn_mask=mask,
+        )  # fmt: skip
+        out[:, :, start : start + count * size] = _from_blocks(near[0], batch)
+        lse[:, :, start : start + count * size] = _from_blocks(near[1], batch)
+    far, seen = slice(radius, length), slice(0, length - radius)
+    far_out, far_lse = _FLASH(q[:, :, far], k[:, :, seen], v[:, :, seen], 0.0, True)
+    near_lse = lse[:, :, far]
+    both = torch.logaddexp(far_lse, near_lse)
+    out[:, :, far] = far_out.float() * (far_lse - both).exp().unsqueeze(-1) + out[:, :, far].float() * (
+        near_lse - both
+    ).exp().unsqueeze(-1)
+    lse[:, :, far] = both
+    return out, lse
+
+
+def _flat_fixed_backward(grad_out, q, k, v, out, lse, blocks: BiasBlocks):
+    """dq, dk, dv of :func:`_flat_forward`: ATen's flash backward on each of its parts, given the merged
+    output and log-sum-exp (so each part's P and δ are the whole softmax's)."""
+    batch, heads, length, _ = q.shape
+    radius = blocks.radius
+    rows = _near_rows(batch * heads, radius)
+    tile = blocks.band_tile(rows, q.dtype)
+    dq, dk, dv = (torch.zeros(t.shape, dtype=t.dtype, device=t.device) for t in (q, k, v))
+    for start, count, size, head in _near_runs(length, radius, rows):
+        width = head + size
+        dq_near, dk_near, dv_near = _FLASH_BACKWARD(
+            _as_blocks(grad_out, start, count, size), _as_blocks(q, start, count, size),
+            _as_windows(k, start - head, count, size, width), _as_windows(v, start - head, count, size, width),
+            _as_blocks(out, start, count, size), _as_blocks(lse, start, count, size), 0.0, False,
+            attn_mask=tile[:, :, :size, radius - 1 - head : radius - 1 + size],
+        )  # fmt: skip
+        dq[:, :, start : start + count * size] = _from_blocks(dq_near, batch)
+        _add_windows(dk, dk_near, start, count, size, head)
+        _add_windows(dv, dv_near, start, count, size, head)
+    far, seen = slice(radius, length), slice(0, length - radius)
+    dq_far, dk_seen, dv_seen = _FLASH_BACKWARD(
+        grad_out.contiguous()[:, :, far], q[:, :, far], k[:, :, seen], v[:, :, seen], out[:, :, far],
+        lse[:, :, far].contiguous(), 0.0, True,
+    )  # fmt: skip
+    dq[:, :, far] += dq_far
+    dk[:, :, seen] += dk_seen
+    dv[:, :, seen] += dv_seen
+    return dq, dk, dv
 
 
 def _flat_bias_grad(grad_out, q, k, v, out, lse, blocks: BiasBlocks) -> torch.Tensor:
@@ -288,25 +446,20 @@ def _flat_bias_grad(grad_out, q, k, v, out, lse, blocks: BiasBlocks) -> torch.Te
     """
     batch, heads, length, dim = q.shape
     radius, rows = blocks.radius, _band_rows(batch * heads, blocks.radius)
-    width = rows + radius - 1  # row block start..start+rows sees keys start − R + 1 .. start + rows − 1
     delta = (grad_out.float() * out.float()).sum(-1, keepdim=True)
     flat = (batch * heads, length, dim)
     q_lse, k_one = _scores_operands(q.float().reshape(flat) * dim**-0.5, k.float().reshape(flat), lse)
     g_delta, v_one = _scores_operands(grad_out.float().reshape(flat), v.float().reshape(flat), delta)
-    # row t of any block against its window's key u is offset u − t − (R − 1): one bias tile for every block
-    offset = torch.arange(width, device=q.device) - torch.arange(rows, device=q.device)[:, None] - (radius - 1)
-    tile = blocks.offsets.float()[:, offset.clamp(-radius, radius) + radius].masked_fill(offset > 0, float("-inf"))
-    total = torch.zeros(heads, rows, width, dtype=torch.float32, device=q.device)  # Σ of dS over batch, blocks
-    for start in range(0, length, rows):
-        stop = min(start + rows, length)
-        first = max(0, start - radius + 1)  # the first key; the window's first columns fall before key 0
-        count, keys, skip = stop - start, stop - first, first - (start - radius + 1)
-        window = slice(skip, skip + keys)
-        probs = torch.bmm(q_lse[:, start:stop], k_one[:, first:stop].transpose(1, 2)).view(batch, heads, count, keys)
-        probs = _exp(probs.add_(tile[:, :count, window]))
-        grads = torch.bmm(g_delta[:, start:stop], v_one[:, first:stop].transpose(1, 2))
-        total[:, :count, window] += grads.view(batch, heads, count, keys).mul_(probs).sum(0)
-    # row t's band is columns t .. t + R − 1 (offsets −(R − 1) .. 0): a stride one longer than a row
+    tile = blocks.band_tile(rows, torch.float32)[0]  # the same shift as the forward's log-sum-exp
+    total = torch.zeros_like(tile)  # Σ of dS over the batch and the blocks, by tile position
+    for block, keys, columns in _band_windows(length, radius, rows):
+        shape = (batch, heads, block.stop - block.start, keys.stop - keys.start)
+        probs = torch.bmm(q_lse[:, block], k_one[:, keys].transpose(1, 2)).view(shape)
+        probs = _exp(probs.add_(tile[:, : shape[2], columns]))
+        grads = torch.bmm(g_delta[:, block], v_one[:, keys].transpose(1, 2))
+        total[:, : shape[2], columns] += grads.view(shape).mul_(probs).sum(0)
+    # row t's band is tile columns t .. t + R − 1 (offsets −(R − 1) .. 0): a stride one longer than a row
+    width = total.shape[-1]
     band = total.as_strided((heads, rows, radius), (rows * width, width + 1, 1)).sum(1)
     grad = torch.zeros(blocks.offsets.shape, dtype=torch.float32, device=q.device)
     grad[:, 1 : radius + 1] = band
