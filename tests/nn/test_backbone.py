@@ -214,7 +214,7 @@ def test_flat_offset_bias_equals_sdpa_with_the_clamped_bias_written_out(learned,
     if not band:
         monkeypatch.setattr(cpu_flash, "_band_pays", lambda *_: False)
     calls = []
-    for name in ("_flat_forward", "_flat_bias_grad"):
+    for name in ("_split_forward", "_flat_bias_grad"):
         original = getattr(cpu_flash, name)
         monkeypatch.setattr(cpu_flash, name, lambda *a, f=original, n=name: calls.append(n) or f(*a))
     torch.manual_seed(0)
@@ -239,7 +239,80 @@ def test_flat_offset_bias_equals_sdpa_with_the_clamped_bias_written_out(learned,
     for got, want in zip(grads, expected, strict=True):
         torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-4)
     split_taken = split and not whole  # a bias laid out whole is read from that layout
-    assert calls == ["_flat_forward"] * split_taken + ["_flat_bias_grad"] * (learned and band)
+    assert calls == ["_split_forward"] * split_taken + ["_flat_bias_grad"] * (learned and band)
+
+
+@pytest.mark.parametrize("whole", [0, 1 << 30], ids=["blocks", "whole"])
+@pytest.mark.parametrize("kind", ["linear", "not-linear", "learned-linear"])
+def test_a_fixed_linear_bias_puts_its_far_slope_in_a_column(kind, whole, monkeypatch):
+    """A fixed bias linear in the offset on the causal side (ALiBi's m·(j − i), some slopes not powers of
+    two): past the whole layout its far keys go through one causal call with the slope in one more column
+    of queries and keys. Values and gradients equal SDPA with the bias written out; a bias that is not
+    linear, or is learned, keeps the masked blocks."""
+    from poslab.nn.kernels import cpu_flash
+
+    monkeypatch.setattr(cpu_flash, "FULL_MASK_ELEMENTS", whole)
+    monkeypatch.setattr(cpu_flash, "BLOCK_ELEMENTS", 2 * 2 * 43 * 7)
+    monkeypatch.setattr(cpu_flash, "BAND_ROWS", 4)
+    monkeypatch.setattr(cpu_flash, "SPLIT_FRACTION", 1)
+    monkeypatch.setattr(cpu_flash, "LINEAR_BAND", 5)
+    calls = []
+    original = cpu_flash._split_forward
+    monkeypatch.setattr(cpu_flash, "_split_forward", lambda *a: calls.append(1) or original(*a))
+    torch.manual_seed(0)
+    length = 43
+    q, k, v = (torch.randn(2, 2, length, 8, requires_grad=True) for _ in range(3))
+    offsets = torch.arange(-(length - 1), length, dtype=torch.float32)
+    values = -torch.tensor([[0.5], [0.3]]) * offsets.abs()  # m·(j − i) for j ≤ i
+    if kind == "not-linear":
+        values = values + 0.01 * torch.randn_like(values)
+    values.requires_grad_(kind == "learned-linear")
+    i, j = torch.arange(length)[:, None], torch.arange(length)[None, :]
+    dense = values[:, j - i + length - 1].masked_fill(j > i, float("-inf"))[None]
+    fast = attend(q, k, v, AttentionBias(offsets=values, causal=True), causal=True, dropout=0.0)
+    reference = F.scaled_dot_product_attention(q, k, v, attn_mask=dense)
+    torch.testing.assert_close(fast, reference)
+    inputs = (q, k, v, values) if values.requires_grad else (q, k, v)
+    weights = torch.randn_like(fast)
+    grads = torch.autograd.grad((fast * weights).sum(), inputs)
+    expected = torch.autograd.grad((reference * weights).sum(), inputs)
+    for got, want in zip(grads, expected, strict=True):
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-4)
+    assert bool(calls) == (kind == "linear" and not whole)
+
+
+@pytest.mark.parametrize("heads", [4, 6], ids=["power-of-two-slopes", "other-slopes"])
+def test_the_far_slope_column_keeps_float32_accuracy(heads, monkeypatch):
+    """ALiBi's slopes over 512 keys, far keys through the slope columns: the error against a float64
+    reference stays that of the masked kernel (the slope's products are added before q·k's small terms,
+    and logits by the diagonal stay near 0)."""
+    from poslab.nn.kernels import cpu_flash
+
+    monkeypatch.setattr(cpu_flash, "FULL_MASK_ELEMENTS", 0)
+    monkeypatch.setattr(cpu_flash, "SPLIT_FRACTION", 2)
+    calls = []
+    original = cpu_flash._split_forward
+    monkeypatch.setattr(cpu_flash, "_split_forward", lambda *a: calls.append(a[-1]) or original(*a))
+    torch.manual_seed(0)
+    length = 512
+    slopes = torch.tensor([2.0 ** (-8 * (h + 1) / heads) for h in range(heads)])  # Press et al. 2022, §3
+    values = -slopes[:, None] * torch.arange(-(length - 1), length).abs()
+    q, k, v, weights = (torch.randn(1, heads, length, 16) for _ in range(4))
+    i, j = torch.arange(length)[:, None], torch.arange(length)[None, :]
+    exact = [t.double().requires_grad_() for t in (q, k, v)]
+    dense = values.double()[:, j - i + length - 1].masked_fill(j > i, float("-inf"))[None]
+    reference = F.scaled_dot_product_attention(*exact, attn_mask=dense)
+    want = [reference, *torch.autograd.grad((reference * weights).sum(), exact)]
+    errors = {}
+    for band in (16, length):  # split, and the masked blocks (no band fits)
+        monkeypatch.setattr(cpu_flash, "LINEAR_BAND", band)
+        inputs = [t.clone().requires_grad_() for t in (q, k, v)]
+        out = attend(*inputs, AttentionBias(offsets=values, causal=True), causal=True, dropout=0.0)
+        got = [out, *torch.autograd.grad((out * weights).sum(), inputs)]
+        errors[band] = [(a.double() - b).abs().max().item() for a, b in zip(got, want, strict=True)]
+    assert calls == [16]
+    for split, masked in zip(errors[16], errors[length], strict=True):
+        assert split <= 2 * masked + 1e-7, errors
 
 
 def test_flat_bias_in_bfloat16_matches_the_float32_reference(monkeypatch):

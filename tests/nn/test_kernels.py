@@ -117,7 +117,7 @@ def test_a_flat_bias_trains_the_same_as_its_dense_form(name, monkeypatch):
     model = Transformer(enc, dim=HEADS * HEAD_DIM, depth=1, num_heads=HEADS, causal=True)
     x = torch.randn(1, length, HEADS * HEAD_DIM)
     calls = []
-    for kernel in ("_flat_forward", "_flat_bias_grad"):
+    for kernel in ("_split_forward", "_flat_bias_grad"):
         original = getattr(cpu_flash, kernel)
         monkeypatch.setattr(cpu_flash, kernel, lambda *a, f=original, n=kernel: calls.append(n) or f(*a))
     results = []
@@ -125,7 +125,7 @@ def test_a_flat_bias_trains_the_same_as_its_dense_form(name, monkeypatch):
         out = model(x, pos)
         weights = torch.linspace(-1, 1, out.numel()).view_as(out)
         results.append((out, torch.autograd.grad((out * weights).sum(), list(model.parameters()))))
-    assert calls == ["_flat_forward", "_flat_bias_grad"]  # the stated positions only
+    assert calls == ["_split_forward", "_flat_bias_grad"]  # the stated positions only
     (out, grads), (want_out, want_grads) = results
     torch.testing.assert_close(out, want_out, atol=1e-5, rtol=1e-5)
     for got, want in zip(grads, want_grads, strict=True):

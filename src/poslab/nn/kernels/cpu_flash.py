@@ -4,23 +4,34 @@ SDPA can take a bias only as a float mask: on the CPU that is a full
 ``[B | 1, H, L, L]`` tensor, and differentiating it goes through the general
 kernel, which saves the ``[B, H, L, L]`` attention of every layer. Here:
 
-* forward: ATen's CPU flash kernel on each block of query rows, against the
-  keys up to the block's last row (causal: the rest is skipped), with that
-  block's bias built from the offsets' values (or sliced from a dense bias);
-  it saves only the log-sum-exp.
-* backward of a bias that needs no gradient (ALiBi's fixed slopes): ATen's
-  CPU flash backward, given the same bias and the causal flag (whole), or
-  one block of rows at a time, adding up the blocks' key and value gradients.
+* forward: ATen's CPU flash kernel with the causal flag and the bias as its
+  mask, laid out once for every layer up to :data:`FULL_MASK_ELEMENTS`; past
+  that, on each block of query rows against the keys up to the block's last
+  row, with that block's bias built from the offsets' values (or sliced from
+  a dense bias). It saves only the log-sum-exp.
+* past the whole layout, a bias flat beyond some offset R (T5, Shaw) or a
+  fixed one linear in the offset (ALiBi) splits its keys instead: the near
+  ones (offsets −(R − 1) … 0) through the kernel with a small mask, the far
+  ones through one causal call without a mask (a flat bias is a constant
+  there; a linear one rides in two more columns of queries and keys), the
+  two softmaxes merged by their log-sum-exps (:func:`_split_forward`).
+* backward of a bias that needs no gradient: ATen's CPU flash backward on
+  the same parts.
 * backward of a learned bias flat beyond an offset R well inside the
-  sequence (T5, Shaw): ATen's backward as above for dq, dk, dv, and the bias
-  gradient from the band of offsets within R only (:func:`_flat_bias_grad`).
+  sequence (T5, Shaw): the same, and the bias gradient from the band of
+  offsets within R only (:func:`_flat_bias_grad`).
 * backward of any other learned bias (KERPLE, FIRE): the flash backward
   written out per row block for the whole batch (Dao et al. 2022,
   FlashAttention, Alg. 4): the probabilities P and dS = P ⊙ (dP − rowsum(dO ⊙ O))
   are computed once and give dq, dk, dv and the bias gradient Σ_b dS_b,
   reduced onto the offsets for an offset-only bias.
 
-Memory therefore grows with L·block, not L², for any offset-only bias.
+Every layout of an offset bias has its value at offset 0 taken off (the
+softmax is the same): logits by the diagonal then stay near 0, where float32
+is most precise.
+
+Past the whole layout, memory therefore grows with L·block, not L², for any
+offset-only bias.
 
 Relies on ``torch.ops.aten._scaled_dot_product_flash_attention_for_cpu`` and
 its ``_backward``, private ops: :data:`AVAILABLE` is False where one is
@@ -65,6 +76,13 @@ BAND_ROWS = 64
 #: L = 4096 (the ``make bench`` model): T5 1.66x ``none`` -> 1.25x, Shaw 1.66x -> 1.22x. Where the bias is
 #: laid out whole, that layout serves every layer and the split did not pay (L = 1024, 2048).
 SPLIT_FRACTION = 8
+#: A fixed bias linear in the offset on the causal side (ALiBi) splits its keys the same way around this
+#: band, the far keys' slope in two more columns of queries and keys. A training step at L = 4096: ALiBi
+#: 1.64x ``none`` -> 1.27x (band 128: 1.36x; 32: 1.26x, with float32 errors twice the masked kernel's for
+#: slopes that are not powers of two; at 64 they equal it).
+LINEAR_BAND = 64
+#: Values within this relative distance of the line through offsets 0 and −(L − 1) count as linear.
+LINEAR_TOLERANCE = 1e-6
 #: Unless the process flushes denormals (:mod:`poslab.denormals`, as the ``poslab`` command does),
 #: probabilities below e^UNDERFLOW ≈ 1e−30 are taken as 0 in the backward. Left alone, float32 turns
 #: them (and their products) into denormals, which the CPU computes ~10x slower: ALiBi's far keys made
@@ -88,7 +106,8 @@ class BiasBlocks:
         self.length_q, self.offsets, self.dense = length_q, offsets, dense
         self.radius = None if offsets is None else offset_radius(offsets)
         self._sources: dict[torch.dtype, torch.Tensor] = {}
-        self._tiles: dict[tuple[int, torch.dtype], torch.Tensor] = {}
+        self._tiles: dict[tuple[int, int, torch.dtype], torch.Tensor] = {}
+        self._slopes: torch.Tensor | None | bool = False  # not read yet
         self._whole: torch.Tensor | None = None
 
     @property
@@ -106,16 +125,38 @@ class BiasBlocks:
         """Whether the offsets stop at R < L − 1 (every farther offset takes an edge value)."""
         return self.radius is not None and self.radius < self.length_q - 1
 
+    def far_slopes(self) -> torch.Tensor | None:
+        """Per head, the slope of offsets' values that are linear on the causal side (ALiBi: values
+        m·(j − i) for j ≤ i), else None. Read from the values once: they live on the CPU (no stall)."""
+        if self._slopes is False:
+            self._slopes = None
+            if self.offsets is not None and self.radius == self.length_q - 1 and self.length_q > 1:
+                past = self.offsets[:, : self.length_q].float()  # offsets −(L − 1) … 0
+                slopes = (past[:, -1] - past[:, 0]) / (self.length_q - 1)
+                offsets = torch.arange(-(self.length_q - 1), 1, device=past.device)
+                line = past[:, -1:] + slopes[:, None] * offsets
+                if bool(((past - line).abs() <= LINEAR_TOLERANCE * (1 + line.abs())).all()):
+                    self._slopes = slopes
+        return self._slopes
+
+    def split_band(self, learned: bool, dtype: torch.dtype) -> int | None:
+        """R where the keys can go apart: near ones (offsets −(R − 1) … 0) with the bias, far ones without
+        it (a flat bias) or with its slope as one more column (a fixed linear one, float32 only)."""
+        if self.flat:
+            return self.radius
+        if not learned and dtype == torch.float32 and LINEAR_BAND < self.length_q - 1 and self.far_slopes() is not None:
+            return LINEAR_BAND
+        return None
+
     def _source(self, dtype: torch.dtype) -> torch.Tensor:
         """The ``[H, 2L − 1]`` value of every offset (or the dense bias) in ``dtype``, made once."""
         if dtype not in self._sources:
             if self.offsets is None:
                 source = self.dense
-            elif self.radius == self.length_q - 1:
-                source = self.offsets
-            else:  # a flat bias less its far edge value: the same softmax, and the far keys' bias is 0
-                shifted = self.offsets - self.offsets[:, :1] if self.flat else self.offsets
-                source = shifted[:, clamped_offsets(self.radius, self.length_q, self.length_q, shifted.device)]
+            else:  # less the value at offset 0: the same softmax, and logits stay small by the diagonal
+                source = self.offsets - self.offsets[:, self.radius, None]
+                if self.radius != self.length_q - 1:
+                    source = source[:, clamped_offsets(self.radius, self.length_q, self.length_q, source.device)]
             self._sources[dtype] = source.to(dtype)
         return self._sources[dtype]
 
@@ -145,20 +186,24 @@ class BiasBlocks:
         block[..., start:stop].masked_fill_(future, float("-inf"))
         return block
 
-    def band_tile(self, rows: int, dtype: torch.dtype) -> torch.Tensor:
-        """``[1, H, rows, rows + R − 1]``: any block of ``rows`` query rows against its window of keys, from
-        R − 1 before its first row to its last, row t and column u being offset u − t − (R − 1) (the same in
-        every block). The values less the far edge's (the softmax is unchanged, and the far keys' bias is 0)
-        within the band of offsets −(R − 1) … 0, −inf outside it. Made once per shape."""
-        key = (rows, dtype)
+    def value_at(self, offset: int) -> torch.Tensor:
+        """``[H]``: the bias at ``offset`` less the one at offset 0 (as every layout of it has), float32."""
+        index = min(max(offset, -self.radius), self.radius) + self.radius
+        return (self.offsets[:, index] - self.offsets[:, self.radius]).float()
+
+    def band_tile(self, rows: int, band: int, dtype: torch.dtype) -> torch.Tensor:
+        """``[1, H, rows, rows + R − 1]`` (R = ``band``): any block of ``rows`` query rows against its window of
+        keys, from R − 1 before its first row to its last, row t and column u being offset u − t − (R − 1) (the
+        same in every block): the values (less the one at offset 0) within the band of offsets −(R − 1) … 0,
+        −inf outside it. Made once per shape."""
+        key = (rows, band, dtype)
         if key not in self._tiles:
-            radius = self.radius
-            width = rows + radius - 1
+            width = rows + band - 1
             device = self.offsets.device
-            offset = torch.arange(width, device=device) - torch.arange(rows, device=device)[:, None] - (radius - 1)
-            shifted = self.offsets.float() - self.offsets[:, :1].float()
-            tile = shifted[:, offset.clamp(-radius, radius) + radius]
-            self._tiles[key] = tile.masked_fill((offset > 0) | (offset <= -radius), float("-inf"))[None].to(dtype)
+            offset = torch.arange(width, device=device) - torch.arange(rows, device=device)[:, None] - (band - 1)
+            values = self.offsets.float() - self.offsets[:, self.radius, None].float()
+            tile = values[:, offset.clamp(-self.radius, self.radius) + self.radius]
+            self._tiles[key] = tile.masked_fill((offset > 0) | (offset <= -band), float("-inf"))[None].to(dtype)
         return self._tiles[key]
 
     def grad_into(self, grad: torch.Tensor, block_grad: torch.Tensor, start: int, stop: int) -> None:
@@ -211,11 +256,12 @@ class _BlockedCausalBiasAttention(torch.autograd.Function):
     def forward(ctx, q, k, v, values, blocks: BiasBlocks):
         batch, heads, length, dim = q.shape
         ctx.blocks = blocks
-        # a flat bias past the whole layout: near keys with the bias, far keys without
+        # past the whole layout, a flat or linear bias: near keys with the bias, far keys without
         laid_out = _laid_out_whole(heads, length)
-        ctx.split = blocks.flat and not laid_out and _split_pays(batch * heads, blocks.radius, length)
-        if ctx.split:
-            out, lse = _flat_forward(q, k, v, blocks)
+        band = None if laid_out else blocks.split_band(ctx.needs_input_grad[3], q.dtype)
+        ctx.band = band if band is not None and _split_pays(batch * heads, band, length) else None
+        if ctx.band is not None:
+            out, lse = _split_forward(q, k, v, blocks, ctx.band)
         elif laid_out:  # one kernel call
             out, lse = _FLASH(q, k, v, 0.0, True, attn_mask=blocks.whole(q.dtype))
         else:
@@ -237,8 +283,9 @@ class _BlockedCausalBiasAttention(torch.autograd.Function):
         if learned and not (blocks.flat and _band_pays(batch * heads, blocks.radius, length)):
             return (*_learned_bias_backward(grad_out, q, k, v, out, lse, blocks), None)
         dvalues = _flat_bias_grad(grad_out, q, k, v, out, lse, blocks).to(blocks.tensor.dtype) if learned else None
-        backward = _flat_fixed_backward if ctx.split else _fixed_bias_backward
-        return (*backward(grad_out, q, k, v, out, lse, blocks), dvalues, None)
+        if ctx.band is not None:
+            return (*_split_backward(grad_out, q, k, v, out, lse, blocks, ctx.band), dvalues, None)
+        return (*_fixed_bias_backward(grad_out, q, k, v, out, lse, blocks), dvalues, None)
 
 
 def _learned_bias_backward(grad_out, q, k, v, out, lse, blocks: BiasBlocks):
@@ -374,65 +421,112 @@ def _add_windows(target: torch.Tensor, grads: torch.Tensor, start: int, count: i
         previous[..., size - head :, :] += grads[..., :head, :]
 
 
-def _flat_forward(q, k, v, blocks: BiasBlocks):
-    """Attention under a bias flat beyond R: the near keys (offsets −(R − 1) … 0) block by block with the
-    band tile as mask (the blocks of a run in one kernel call, as a batch), the far keys (every offset
-    ≤ −R: bias 0 once the edge value is taken off) in one kernel call without a mask (rows R … L − 1
-    against keys 0 … L − R − 1 is a causal square), and the two softmaxes merged through their
-    log-sum-exps."""
+def _split_forward(q, k, v, blocks: BiasBlocks, band: int):
+    """Attention with the keys split at offset −R (R = ``band``): the near keys (offsets −(R − 1) … 0) block
+    by block with the band tile as mask (the blocks of a run in one kernel call, as a batch), the far keys
+    (every offset ≤ −R) in one kernel call without a mask (rows R … L − 1 against keys 0 … L − R − 1 is a
+    causal square; a flat bias is 0 there, a linear one rides in one more column), and the two softmaxes
+    merged through their log-sum-exps."""
     batch, heads, length, _ = q.shape
-    radius = blocks.radius
-    rows = _near_rows(batch * heads, radius)
-    tile = blocks.band_tile(rows, q.dtype)
+    rows = _near_rows(batch * heads, band)
+    tile = blocks.band_tile(rows, band, q.dtype)
     out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     lse = torch.empty(batch, heads, length, dtype=torch.float32, device=q.device)
-    for start, count, size, head in _near_runs(length, radius, rows):
-        mask = tile[:, :, :size, radius - 1 - head : radius - 1 + size]
+    for start, count, size, head in _near_runs(length, band, rows):
+        mask = tile[:, :, :size, band - 1 - head : band - 1 + size]
         near = _FLASH(
             _as_blocks(q, start, count, size), _as_windows(k, start - head, count, size, head + size),
             _as_windows(v, start - head, count, size, head + size), 0.0, False, attn_mask=mask,
         )  # fmt: skip
         out[:, :, start : start + count * size] = _from_blocks(near[0], batch)
         lse[:, :, start : start + count * size] = _from_blocks(near[1], batch)
-    far, seen = slice(radius, length), slice(0, length - radius)
-    far_out, far_lse = _FLASH(q[:, :, far], k[:, :, seen], v[:, :, seen], 0.0, True)
-    near_lse = lse[:, :, far]
+    far = _FarKeys(q, k, v, blocks, band)
+    far_out, far_lse = _FLASH(*far.inputs, 0.0, True, scale=far.scale)
+    far_out, far_lse = far.output(far_out), far.true_lse(far_lse)
+    near_lse = lse[:, :, band:]
     both = torch.logaddexp(far_lse, near_lse)
-    out[:, :, far] = far_out.float() * (far_lse - both).exp().unsqueeze(-1) + out[:, :, far].float() * (
+    out[:, :, band:] = far_out.float() * (far_lse - both).exp().unsqueeze(-1) + out[:, :, band:].float() * (
         near_lse - both
     ).exp().unsqueeze(-1)
-    lse[:, :, far] = both
+    lse[:, :, band:] = both
     return out, lse
 
 
-def _flat_fixed_backward(grad_out, q, k, v, out, lse, blocks: BiasBlocks):
-    """dq, dk, dv of :func:`_flat_forward`: ATen's flash backward on each of its parts, given the merged
+def _split_backward(grad_out, q, k, v, out, lse, blocks: BiasBlocks, band: int):
+    """dq, dk, dv of :func:`_split_forward`: ATen's flash backward on each of its parts, given the merged
     output and log-sum-exp (so each part's P and δ are the whole softmax's)."""
     batch, heads, length, _ = q.shape
-    radius = blocks.radius
-    rows = _near_rows(batch * heads, radius)
-    tile = blocks.band_tile(rows, q.dtype)
+    rows = _near_rows(batch * heads, band)
+    tile = blocks.band_tile(rows, band, q.dtype)
     dq, dk, dv = (torch.zeros(t.shape, dtype=t.dtype, device=t.device) for t in (q, k, v))
-    for start, count, size, head in _near_runs(length, radius, rows):
+    for start, count, size, head in _near_runs(length, band, rows):
         width = head + size
         dq_near, dk_near, dv_near = _FLASH_BACKWARD(
             _as_blocks(grad_out, start, count, size), _as_blocks(q, start, count, size),
             _as_windows(k, start - head, count, size, width), _as_windows(v, start - head, count, size, width),
             _as_blocks(out, start, count, size), _as_blocks(lse, start, count, size), 0.0, False,
-            attn_mask=tile[:, :, :size, radius - 1 - head : radius - 1 + size],
+            attn_mask=tile[:, :, :size, band - 1 - head : band - 1 + size],
         )  # fmt: skip
         dq[:, :, start : start + count * size] = _from_blocks(dq_near, batch)
         _add_windows(dk, dk_near, start, count, size, head)
         _add_windows(dv, dv_near, start, count, size, head)
-    far, seen = slice(radius, length), slice(0, length - radius)
+    far = _FarKeys(q, k, v, blocks, band)
     dq_far, dk_seen, dv_seen = _FLASH_BACKWARD(
-        grad_out.contiguous()[:, :, far], q[:, :, far], k[:, :, seen], v[:, :, seen], out[:, :, far],
-        lse[:, :, far].contiguous(), 0.0, True,
+        far.widened(grad_out[:, :, band:].contiguous()), *far.inputs, far.widened(out[:, :, band:]),
+        far.kernel_lse(lse[:, :, band:]), 0.0, True, scale=far.scale,
     )  # fmt: skip
-    dq[:, :, far] += dq_far
-    dk[:, :, seen] += dk_seen
-    dv[:, :, seen] += dv_seen
+    seen = slice(0, length - band)
+    dq[:, :, band:] += far.output(dq_far, scaled=True)
+    dk[:, :, seen] += far.output(dk_seen)
+    dv[:, :, seen] += far.output(dv_seen)
     return dq, dk, dv
+
+
+class _FarKeys:
+    """The far part of :func:`_split_forward`: rows R … L − 1 (local row t = i − R) against keys
+    0 … L − R − 1, causal, where the bias (less its value at offset 0, as everywhere) is
+    e + m·(j − t): e = its value at −R, m = 0 for a flat bias, the slope for a linear one.
+
+    e is the same for every key of a row, so only the log-sum-exp moves by it. m rides in two more
+    columns put first, [m, −m·t] on the queries and [j, 1] on the keys (zeros on the values), with the
+    queries scaled beforehand: the kernel's dot product adds m·j − m·t, exact for a power-of-two slope,
+    before the small terms of q·k, instead of rounding them at m·L's magnitude."""
+
+    def __init__(self, q, k, v, blocks: BiasBlocks, band: int):
+        batch, heads, length, dim = q.shape
+        size = length - band
+        self.edge = blocks.value_at(-band).view(1, heads, 1)
+        slopes = None if blocks.flat else blocks.far_slopes()
+        self.linear = slopes is not None
+        self.scale = self.query_scale = dim**-0.5  # the kernel's; the queries' own
+        q, k, v = q[:, :, band:], k[:, :, :size], v[:, :, :size]
+        if self.linear:
+            steps = torch.arange(size, dtype=q.dtype, device=q.device)
+            slopes = slopes.to(q.dtype).view(1, heads, 1, 1)
+            shape = (batch, heads, size, 1)
+            shifts = (-slopes * steps.view(1, 1, size, 1)).expand(shape)
+            q = torch.cat((slopes.expand(shape), shifts, q * self.scale), -1)
+            k = torch.cat((steps.view(1, 1, size, 1).expand(shape), k.new_ones(shape), k), -1)
+            v, self.scale = self.widened(v), 1.0
+        self.inputs = (q, k, v)
+
+    def widened(self, x: torch.Tensor) -> torch.Tensor:
+        """``x`` with the two zero columns the values carry (a linear bias), else as it is."""
+        return torch.cat((x.new_zeros(*x.shape[:-1], 2), x), -1) if self.linear else x
+
+    def output(self, y: torch.Tensor, scaled: bool = False) -> torch.Tensor:
+        """A result without the two columns; ``scaled``: the queries' gradient, back to unscaled queries."""
+        if not self.linear:
+            return y
+        return y[..., 2:] * self.query_scale if scaled else y[..., 2:]
+
+    def true_lse(self, lse: torch.Tensor) -> torch.Tensor:
+        """The kernel's log-sum-exp with e put back."""
+        return lse + self.edge
+
+    def kernel_lse(self, lse: torch.Tensor) -> torch.Tensor:
+        """A log-sum-exp as the kernel's own logits (without e) have it."""
+        return (lse - self.edge).contiguous()
 
 
 def _flat_bias_grad(grad_out, q, k, v, out, lse, blocks: BiasBlocks) -> torch.Tensor:
@@ -450,7 +544,7 @@ def _flat_bias_grad(grad_out, q, k, v, out, lse, blocks: BiasBlocks) -> torch.Te
     flat = (batch * heads, length, dim)
     q_lse, k_one = _scores_operands(q.float().reshape(flat) * dim**-0.5, k.float().reshape(flat), lse)
     g_delta, v_one = _scores_operands(grad_out.float().reshape(flat), v.float().reshape(flat), delta)
-    tile = blocks.band_tile(rows, torch.float32)[0]  # the same shift as the forward's log-sum-exp
+    tile = blocks.band_tile(rows, radius, torch.float32)[0]  # the same shift as the forward's log-sum-exp
     total = torch.zeros_like(tile)  # Σ of dS over the batch and the blocks, by tile position
     for block, keys, columns in _band_windows(length, radius, rows):
         shape = (batch, heads, block.stop - block.start, keys.stop - keys.start)
