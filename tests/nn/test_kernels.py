@@ -42,9 +42,9 @@ def test_flex_score_mod_equals_sdpa_with_the_bias_written_out(name, dtype):
     enc = trained_like(name)
     q, k, v = (torch.randn(2, HEADS, LENGTH, HEAD_DIM, dtype=dtype) for _ in range(3))
     with torch.no_grad():
-        values = enc.relative_bias(torch.arange(-(LENGTH - 1), LENGTH, dtype=torch.float32))
-        bias = AttentionBias(offsets=values, causal=True)
-        score_mod = bias.score_mod(LENGTH)
+        model = Transformer(enc, dim=HEADS * HEAD_DIM, depth=1, num_heads=HEADS, causal=True)
+        bias = model.attention_bias(Positions.consecutive(LENGTH), 0, torch.float32, torch.device("cpu"))
+        score_mod = bias.score_mod(LENGTH)  # from 2L − 1 values, or 2R + 1 of a bias flat beyond R
         mask = bias.block_mask(LENGTH, LENGTH, q.device)
         got = flex.flex_bias_attention(q, k, v, score_mod, mask, compiled=False)
         future = torch.ones(LENGTH, LENGTH, dtype=torch.bool).triu(1)

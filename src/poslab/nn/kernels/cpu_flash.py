@@ -26,9 +26,8 @@ kernel, which saves the ``[B, H, L, L]`` attention of every layer. Here:
   are computed once and give dq, dk, dv and the bias gradient Σ_b dS_b,
   reduced onto the offsets for an offset-only bias.
 
-Every layout of an offset bias has its value at offset 0 taken off (the
-softmax is the same): logits by the diagonal then stay near 0, where float32
-is most precise.
+Every layout of an offset bias has its value at offset 0 taken off
+(:meth:`BiasBlocks.centred`).
 
 Past the whole layout, memory therefore grows with L·block, not L², for any
 offset-only bias.
@@ -106,6 +105,7 @@ class BiasBlocks:
         self.length_q, self.offsets, self.dense = length_q, offsets, dense
         self.radius = None if offsets is None else offset_radius(offsets)
         self._sources: dict[torch.dtype, torch.Tensor] = {}
+        self._centred: torch.Tensor | None = None
         self._tiles: dict[tuple[int, int, torch.dtype], torch.Tensor] = {}
         self._slopes: torch.Tensor | None | bool = False  # not read yet
         self._whole: torch.Tensor | None = None
@@ -148,15 +148,24 @@ class BiasBlocks:
             return LINEAR_BAND
         return None
 
+    def centred(self) -> torch.Tensor:
+        """The offsets' values less the one at offset 0, float32: what every layout of them holds (the
+        softmax is the same, and logits by the diagonal stay near 0, where float32 is most precise)."""
+        if self._centred is None:
+            values = self.offsets.float()
+            self._centred = values - values[:, self.radius, None]
+        return self._centred
+
     def _source(self, dtype: torch.dtype) -> torch.Tensor:
         """The ``[H, 2L − 1]`` value of every offset (or the dense bias) in ``dtype``, made once."""
         if dtype not in self._sources:
             if self.offsets is None:
                 source = self.dense
-            else:  # less the value at offset 0: the same softmax, and logits stay small by the diagonal
-                source = self.offsets - self.offsets[:, self.radius, None]
-                if self.radius != self.length_q - 1:
-                    source = source[:, clamped_offsets(self.radius, self.length_q, self.length_q, source.device)]
+            elif self.radius == self.length_q - 1:
+                source = self.centred()
+            else:
+                index = clamped_offsets(self.radius, self.length_q, self.length_q, self.offsets.device)
+                source = self.centred()[:, index]
             self._sources[dtype] = source.to(dtype)
         return self._sources[dtype]
 
@@ -187,22 +196,20 @@ class BiasBlocks:
         return block
 
     def value_at(self, offset: int) -> torch.Tensor:
-        """``[H]``: the bias at ``offset`` less the one at offset 0 (as every layout of it has), float32."""
-        index = min(max(offset, -self.radius), self.radius) + self.radius
-        return (self.offsets[:, index] - self.offsets[:, self.radius]).float()
+        """``[H]``: the bias at ``offset`` (:meth:`centred`)."""
+        return self.centred()[:, min(max(offset, -self.radius), self.radius) + self.radius]
 
     def band_tile(self, rows: int, band: int, dtype: torch.dtype) -> torch.Tensor:
         """``[1, H, rows, rows + R − 1]`` (R = ``band``): any block of ``rows`` query rows against its window of
         keys, from R − 1 before its first row to its last, row t and column u being offset u − t − (R − 1) (the
-        same in every block): the values (less the one at offset 0) within the band of offsets −(R − 1) … 0,
-        −inf outside it. Made once per shape."""
+        same in every block): the values (:meth:`centred`) within the band of offsets −(R − 1) … 0, −inf
+        outside it. Made once per shape."""
         key = (rows, band, dtype)
         if key not in self._tiles:
             width = rows + band - 1
             device = self.offsets.device
             offset = torch.arange(width, device=device) - torch.arange(rows, device=device)[:, None] - (band - 1)
-            values = self.offsets.float() - self.offsets[:, self.radius, None].float()
-            tile = values[:, offset.clamp(-self.radius, self.radius) + self.radius]
+            tile = self.centred()[:, offset.clamp(-self.radius, self.radius) + self.radius]
             self._tiles[key] = tile.masked_fill((offset > 0) | (offset <= -band), float("-inf"))[None].to(dtype)
         return self._tiles[key]
 
@@ -541,9 +548,9 @@ def _flat_bias_grad(grad_out, q, k, v, out, lse, blocks: BiasBlocks) -> torch.Te
     batch, heads, length, dim = q.shape
     radius, rows = blocks.radius, _band_rows(batch * heads, blocks.radius)
     delta = (grad_out.float() * out.float()).sum(-1, keepdim=True)
-    flat = (batch * heads, length, dim)
-    q_lse, k_one = _scores_operands(q.float().reshape(flat) * dim**-0.5, k.float().reshape(flat), lse)
-    g_delta, v_one = _scores_operands(grad_out.float().reshape(flat), v.float().reshape(flat), delta)
+    flat = (batch * heads, length, dim + 1)  # [B*H, L, Dh + 1]: one copy of each input, matmul-ready
+    q_lse, k_one = (t.reshape(flat) for t in _scores_operands(q.float() * dim**-0.5, k.float(), lse))
+    g_delta, v_one = (t.reshape(flat) for t in _scores_operands(grad_out.float(), v.float(), delta))
     tile = blocks.band_tile(rows, radius, torch.float32)[0]  # the same shift as the forward's log-sum-exp
     total = torch.zeros_like(tile)  # Σ of dS over the batch and the blocks, by tile position
     for block, keys, columns in _band_windows(length, radius, rows):
