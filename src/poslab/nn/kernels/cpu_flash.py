@@ -67,9 +67,10 @@ BLOCK_ELEMENTS = 1 << 21
 #: 4 heads), every block is built from the offsets and memory stays at ``none``'s.
 FULL_MASK_ELEMENTS = 1 << 24
 #: Query rows per block of a flat bias's band gradient (:func:`_flat_bias_grad`), at most: its scores are
-#: ``[B, H, rows, rows + R − 1]``, kept within :data:`BLOCK_ELEMENTS` (one layer's backward, L = 1024,
-#: batch 4 x 4 heads: 32–64 rows best for R = 32 and R = 128).
-BAND_ROWS = 64
+#: ``[B, H, rows, rows + R − 1]``, kept within :data:`BLOCK_ELEMENTS` (one layer, batch 4 x 4 heads: at
+#: L = 2048, R = 128, 16.2 ms with 32 rows, 17.7 ms with 64; at L = 1024, R = 32, 5.8 against 5.9 ms).
+#: The split's near keys take twice as many rows per kernel call (64 against 128 or 256: faster).
+BAND_ROWS = 32
 #: Past the whole layout, a bias flat beyond R splits its keys into near ones (with the bias) and far ones
 #: (without) where the band R + rows is at most 1/SPLIT_FRACTION of the sequence. A training step at
 #: L = 4096 (the ``make bench`` model): T5 1.66x ``none`` -> 1.25x, Shaw 1.66x -> 1.22x. Where the bias is
@@ -378,7 +379,7 @@ def _band_windows(length: int, radius: int, rows: int):
 def _near_rows(batch_heads: int, radius: int) -> int:
     """Query rows per block of near keys: at least R − 1, so that a block's window reaches back into the
     previous block only."""
-    return max(_band_rows(batch_heads, radius), radius - 1)
+    return max(2 * _band_rows(batch_heads, radius), radius - 1)
 
 
 def _near_runs(length: int, radius: int, rows: int):
