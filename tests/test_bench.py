@@ -151,6 +151,27 @@ def test_records_carry_ratios_to_none_and_verdicts_at_the_target_length(monkeypa
         assert cells[8] == {True: "yes", False: "NO", None: ""}[ok]
 
 
+def test_biases_are_held_to_their_long_target_past_the_target_length(monkeypatch, tmp_path):
+    """At 2048 and 4096 every targeted encoder with an additive bias (read from its hooks) gets the 1.3x time
+    and memory verdict; the others get none. --check counts those verdicts too."""
+    from poslab.encoders import encoder_class
+
+    fake_measurements(monkeypatch, memory={"none": 10.0, "relative": 14.0})  # 1.4x: over the long target only
+    out = tmp_path / "results.json"
+    assert main(["--lengths", "2048", "--out", str(out)]) == 0
+    records = {r["encoder"]: r for r in json.loads(out.read_text())}
+    biases = {n for n in TARGETS if encoder_class(n).uses("attention_bias")}
+    assert {"alibi", "t5", "relative", "kerple", "fire"} <= biases
+    for name, r in records.items():
+        if name in biases:
+            assert r["target"] == "≤1.3x time, ≤1.3x mem", r
+            assert r["ok"] == (r["time_ratio"] <= 1.3 and r["memory_ratio"] <= 1.3), r
+        else:
+            assert (r["target"], r["ok"]) == ("—", None), r
+    assert not records["t5"]["ok"] and not records["relative"]["ok"] and records["kerple"]["ok"]
+    assert main(["--lengths", "2048", "--out", str(out), "--check"]) == 1
+
+
 def test_check_fails_only_when_a_target_is_missed(monkeypatch, tmp_path):
     fake_measurements(monkeypatch)
     args = ["--lengths", str(TARGET_LENGTH), "--out", str(tmp_path / "results.json"), "--check"]
