@@ -131,6 +131,21 @@ def test_attention_is_softmax_of_scaled_scores_plus_bias():
     torch.testing.assert_close(attn(x, enc, torch.arange(4), bias=AttentionBias(dense=bias, causal=False)), expected)
 
 
+def assert_attends_as_sdpa(q, k, v, bias: AttentionBias, dense: torch.Tensor, inputs) -> None:
+    """Causal ``attend`` with ``bias`` equals SDPA with ``dense`` (the bias written out, ``[.., L, L]``; −inf is
+    put on the future here): outputs, and the gradients of ``inputs`` under a non-uniform upstream gradient."""
+    length = q.shape[-2]
+    fast = attend(q, k, v, bias, causal=True, dropout=0.0)
+    future = torch.ones(length, length, dtype=torch.bool).triu(1)
+    reference = F.scaled_dot_product_attention(q, k, v, attn_mask=dense.masked_fill(future, float("-inf")))
+    torch.testing.assert_close(fast, reference)
+    weights = torch.randn_like(fast)
+    grads = torch.autograd.grad((fast * weights).sum(), inputs)
+    expected = torch.autograd.grad((reference * weights).sum(), inputs)
+    for got, want in zip(grads, expected, strict=True):
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-4)
+
+
 @pytest.mark.parametrize("whole", [0, 1 << 30], ids=["blocks", "whole"])  # bias laid out block by block / once
 @pytest.mark.parametrize("budget", [4 * 2 * 2 * 9, 1 << 21])  # 4-row blocks, and one block
 @pytest.mark.parametrize("bias_batch", [1, 2])
@@ -144,16 +159,8 @@ def test_causal_bias_kernels_agree_with_the_explicit_mask(learned, bias_batch, b
     torch.manual_seed(0)
     q, k, v = (torch.randn(2, 2, 9, 8, requires_grad=True) for _ in range(3))
     bias = torch.randn(bias_batch, 2, 9, 9, requires_grad=learned)  # [B, H, L, L]: per-sequence positions
-    fast = attend(q, k, v, AttentionBias(dense=bias, causal=True), causal=True, dropout=0.0)
-    future = torch.ones(9, 9, dtype=torch.bool).triu(1)
-    reference = F.scaled_dot_product_attention(q, k, v, attn_mask=bias.masked_fill(future, float("-inf")))
-    torch.testing.assert_close(fast, reference)
     inputs = (q, k, v, bias) if learned else (q, k, v)
-    weights = torch.randn_like(fast)  # a non-uniform upstream gradient
-    grads = torch.autograd.grad((fast * weights).sum(), inputs)
-    expected = torch.autograd.grad((reference * weights).sum(), inputs)
-    for got, want in zip(grads, expected, strict=True):
-        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-4)
+    assert_attends_as_sdpa(q, k, v, AttentionBias(dense=bias, causal=True), bias, inputs)
 
 
 @pytest.mark.parametrize("whole", [0, 1 << 30], ids=["blocks", "whole"])  # bias laid out block by block / once
@@ -173,17 +180,9 @@ def test_offset_bias_kernel_builds_each_block_from_the_offsets(learned, budget, 
     values = torch.randn(2, 2 * length - 1, requires_grad=learned)
     dense = torch.stack(
         [torch.stack([values[h, j - i + length - 1] for j in range(length)]) for h in range(2) for i in range(length)]
-    ).view(2, length, length)
-    fast = attend(q, k, v, AttentionBias(offsets=values, causal=True), causal=True, dropout=0.0)
-    future = torch.ones(length, length, dtype=torch.bool).triu(1)
-    reference = F.scaled_dot_product_attention(q, k, v, attn_mask=dense.masked_fill(future, float("-inf"))[None])
-    torch.testing.assert_close(fast, reference)
+    ).view(1, 2, length, length)
     inputs = (q, k, v, values) if learned else (q, k, v)
-    weights = torch.randn_like(fast)
-    grads = torch.autograd.grad((fast * weights).sum(), inputs)
-    expected = torch.autograd.grad((reference * weights).sum(), inputs)
-    for got, want in zip(grads, expected, strict=True):
-        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-4)
+    assert_attends_as_sdpa(q, k, v, AttentionBias(offsets=values, causal=True), dense, inputs)
 
 
 # how a bias flat beyond R runs: (rows per band block, split near / far keys, band gradient)
@@ -227,17 +226,9 @@ def test_flat_offset_bias_equals_sdpa_with_the_clamped_bias_written_out(learned,
             for h in range(2)
             for i in range(length)
         ]
-    ).view(2, length, length)
-    fast = attend(q, k, v, AttentionBias(offsets=values, causal=True), causal=True, dropout=0.0)
-    future = torch.ones(length, length, dtype=torch.bool).triu(1)
-    reference = F.scaled_dot_product_attention(q, k, v, attn_mask=dense.masked_fill(future, float("-inf"))[None])
-    torch.testing.assert_close(fast, reference)
+    ).view(1, 2, length, length)
     inputs = (q, k, v, values) if learned else (q, k, v)
-    weights = torch.randn_like(fast)
-    grads = torch.autograd.grad((fast * weights).sum(), inputs)
-    expected = torch.autograd.grad((reference * weights).sum(), inputs)
-    for got, want in zip(grads, expected, strict=True):
-        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-4)
+    assert_attends_as_sdpa(q, k, v, AttentionBias(offsets=values, causal=True), dense, inputs)
     split_taken = split and not whole  # a bias laid out whole is read from that layout
     assert calls == ["_split_forward"] * split_taken + ["_flat_bias_grad"] * (learned and band)
 
@@ -268,16 +259,9 @@ def test_a_fixed_linear_bias_puts_its_far_slope_in_a_column(kind, whole, monkeyp
         values = values + 0.01 * torch.randn_like(values)
     values.requires_grad_(kind == "learned-linear")
     i, j = torch.arange(length)[:, None], torch.arange(length)[None, :]
-    dense = values[:, j - i + length - 1].masked_fill(j > i, float("-inf"))[None]
-    fast = attend(q, k, v, AttentionBias(offsets=values, causal=True), causal=True, dropout=0.0)
-    reference = F.scaled_dot_product_attention(q, k, v, attn_mask=dense)
-    torch.testing.assert_close(fast, reference)
+    dense = values[:, j - i + length - 1][None]
     inputs = (q, k, v, values) if values.requires_grad else (q, k, v)
-    weights = torch.randn_like(fast)
-    grads = torch.autograd.grad((fast * weights).sum(), inputs)
-    expected = torch.autograd.grad((reference * weights).sum(), inputs)
-    for got, want in zip(grads, expected, strict=True):
-        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-4)
+    assert_attends_as_sdpa(q, k, v, AttentionBias(offsets=values, causal=True), dense, inputs)
     assert bool(calls) == (kind == "linear" and not whole)
 
 
