@@ -237,7 +237,7 @@ def test_flat_offset_bias_equals_sdpa_with_the_clamped_bias_written_out(learned,
 @pytest.mark.parametrize("kind", ["linear", "not-linear", "learned-linear"])
 def test_a_fixed_linear_bias_puts_its_far_slope_in_a_column(kind, whole, monkeypatch):
     """A fixed bias linear in the offset on the causal side (ALiBi's m·(j − i), some slopes not powers of
-    two): past the whole layout its far keys go through one causal call with the slope in one more column
+    two): past the whole layout its far keys go through one causal call with the slope in two more columns
     of queries and keys. Values and gradients equal SDPA with the bias written out; a bias that is not
     linear, or is learned, keeps the masked blocks."""
     from poslab.nn.kernels import cpu_flash
@@ -297,6 +297,79 @@ def test_the_far_slope_column_keeps_float32_accuracy(heads, monkeypatch):
     assert calls == [16]
     for split, masked in zip(errors[16], errors[length], strict=True):
         assert split <= 2 * masked + 1e-7, errors
+
+
+def test_a_split_with_near_blocks_longer_than_the_sequence_still_attends_right(monkeypatch):
+    """Near blocks are sized for long sequences (twice the band gradient's rows); where a split is allowed on a
+    shorter one they shrink to the sequence."""
+    from poslab.nn.kernels import cpu_flash
+
+    monkeypatch.setattr(cpu_flash, "FULL_MASK_ELEMENTS", 0)
+    monkeypatch.setattr(cpu_flash, "SPLIT_FRACTION", 1)
+    torch.manual_seed(0)
+    length, radius = 33, 1
+    q, k, v = (torch.randn(1, 2, length, 8, requires_grad=True) for _ in range(3))
+    values = torch.randn(2, 2 * radius + 1, requires_grad=True)
+    i, j = torch.arange(length)[:, None], torch.arange(length)[None, :]
+    dense = values[:, (j - i).clamp(-radius, radius) + radius][None]
+    assert_attends_as_sdpa(q, k, v, AttentionBias(offsets=values, causal=True), dense, (q, k, v, values))
+
+
+def test_float64_attention_with_a_bias_goes_to_sdpa(monkeypatch):
+    """The CPU kernel keeps float32 log-sum-exps and sums: float64 inputs take SDPA instead, values and
+    gradients exact."""
+    from poslab.nn.kernels import cpu_flash
+
+    monkeypatch.setattr(cpu_flash, "causal_bias_attention", None)  # calling it would raise
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(1, 2, 16, 8, dtype=torch.float64, requires_grad=True) for _ in range(3))
+    values = torch.randn(2, 31, dtype=torch.float64, requires_grad=True)
+    i, j = torch.arange(16)[:, None], torch.arange(16)[None, :]
+    assert_attends_as_sdpa(
+        q, k, v, AttentionBias(offsets=values, causal=True), values[:, j - i + 15][None], (q, k, v, values)
+    )
+
+
+def test_blocked_fixed_bias_sums_key_gradients_in_float32(monkeypatch):
+    """bf16 past the whole layout: the key and value gradients add up one share per block of rows (32 here); they
+    are summed in float32, so their error against float64 stays that of the one-call kernel."""
+    from poslab.nn.kernels import cpu_flash
+
+    torch.manual_seed(0)
+    length, heads = 128, 4
+    slopes = torch.tensor([2.0 ** -(2 * h + 2) for h in range(heads)])
+    values = -slopes[:, None] * torch.arange(-(length - 1), length).abs()
+    q, k, v, weights = (torch.randn(1, heads, length, 16) for _ in range(4))
+    i, j = torch.arange(length)[:, None], torch.arange(length)[None, :]
+    exact = [t.double().requires_grad_() for t in (q, k, v)]
+    dense = values.double()[:, j - i + length - 1].masked_fill(j > i, float("-inf"))[None]
+    reference = F.scaled_dot_product_attention(*exact, attn_mask=dense)
+    want = torch.autograd.grad((reference * weights).sum(), exact)
+    errors = {}
+    for whole in (1 << 30, 0):
+        monkeypatch.setattr(cpu_flash, "FULL_MASK_ELEMENTS", whole)
+        monkeypatch.setattr(cpu_flash, "BLOCK_ELEMENTS", heads * length * 4)  # 4-row blocks
+        low = [t.to(torch.bfloat16).requires_grad_() for t in (q, k, v)]
+        out = attend(*low, AttentionBias(offsets=values, causal=True), causal=True, dropout=0.0)
+        got = torch.autograd.grad((out.float() * weights).sum(), low)
+        errors[whole] = [((g.double() - w).norm() / w.norm()).item() for g, w in zip(got, want, strict=True)]
+    for blocked, one_call in zip(errors[0], errors[1 << 30], strict=True):
+        assert blocked <= 1.3 * one_call, errors
+
+
+def test_a_bias_is_linear_whatever_constant_it_carries():
+    """ALiBi's values with a constant added are still linear; a bias with small bumps is not, however large the
+    constant added (the softmax ignores it, so the check does too)."""
+    from poslab.nn.kernels.cpu_flash import BiasBlocks
+
+    length = 64
+    slopes = torch.tensor([0.5, 0.3, 0.0])
+    linear = -slopes[:, None] * torch.arange(-(length - 1), length).abs()
+    bumps = 3e-3 * torch.sin(torch.arange(2 * length - 1.0))
+    for shift in (0.0, 100.0):  # float32 keeps 100 − 0.5·63 to within 8e−6
+        found = BiasBlocks(length, offsets=linear + shift).far_slopes()
+        assert found is not None and torch.allclose(found, slopes, atol=1e-4), (shift, found)
+        assert BiasBlocks(length, offsets=linear + bumps + shift).far_slopes() is None, shift
 
 
 def test_flat_bias_in_bfloat16_matches_the_float32_reference(monkeypatch):

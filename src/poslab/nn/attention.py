@@ -29,8 +29,8 @@ class AttentionBias:
     * ``offsets`` — ``[H, 2R + 1]`` values of an offset-only bias on
       consecutive positions (ALiBi, T5, Shaw in the usual case) at the offsets
       ``−R … R``; offsets beyond ±R take the edge values (``R = L − 1``, or
-      less for a bias flat beyond R): the kernels build it block by block, so
-      it costs no ``L × L`` tensor;
+      less for a bias flat beyond R; a larger R is read where it is needed):
+      the kernels build it block by block, so it costs no ``L × L`` tensor;
     * ``dense`` — ``[1 | B, H, Lq, Lk]`` (any other bias).
 
     ``allowed``: a boolean ``[Lq, Lk]`` structure mask (True = may attend), e.g.
@@ -118,8 +118,8 @@ def attend(
     * an additive bias with causal attention on the CPU: ATen's flash kernel one
       block of rows at a time, with the bias gradient in its backward
       (:mod:`poslab.nn.kernels.cpu_flash`);
-    * everything else (dropout, a structure mask on the CPU, a torch without
-      those kernels): SDPA with the bias folded into a float mask.
+    * everything else (dropout, a structure mask on the CPU, float64, a torch
+      without those kernels): SDPA with the bias folded into a float mask.
     """
     if bias is None:
         return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, is_causal=causal)
@@ -130,6 +130,7 @@ def attend(
             return flex.flex_bias_attention(q, k, v, score_mod, bias.block_mask(length_q, length_k, q.device))
         if (
             q.device.type == "cpu"
+            and q.dtype in cpu_flash.DTYPES
             and causal
             and bias.allowed is None
             and length_q == length_k

@@ -58,6 +58,8 @@ def _takes_a_mask(op) -> bool:
 
 #: Whether the private ATen ops this kernel relies on exist in this torch and take a mask.
 AVAILABLE = _takes_a_mask(_FLASH) and _takes_a_mask(_FLASH_BACKWARD)
+#: Input dtypes the kernel takes (its log-sum-exps and gradient sums are float32); others go to SDPA.
+DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 #: Elements of one float32 temporary per block: the query rows per block follow from it
 #: (measured with ``make bench``: 2^20–2^21 best at L = 1024).
 BLOCK_ELEMENTS = 1 << 21
@@ -81,7 +83,8 @@ SPLIT_FRACTION = 8
 #: 1.64x ``none`` -> 1.27x (band 128: 1.36x; 32: 1.26x, with float32 errors twice the masked kernel's for
 #: slopes that are not powers of two; at 64 they equal it).
 LINEAR_BAND = 64
-#: Values within this relative distance of the line through offsets 0 and −(L − 1) count as linear.
+#: Values (less the one at offset 0) within this fraction of the line's range, slope·(L − 1), of the line
+#: through offsets 0 and −(L − 1) count as linear: float32 ALiBi values are within 6e−8 of it.
 LINEAR_TOLERANCE = 1e-6
 #: Unless the process flushes denormals (:mod:`poslab.denormals`, as the ``poslab`` command does),
 #: probabilities below e^UNDERFLOW ≈ 1e−30 are taken as 0 in the backward. Left alone, float32 turns
@@ -97,7 +100,8 @@ class BiasBlocks:
 
     ``offsets``: values ``[H, 2R + 1]`` of an offset-only bias at the offsets
     ``−R … R``, offsets beyond ±R taking the edge values (R < L − 1 for a bias
-    flat beyond R), or ``dense``: ``[1 | B, H, Lq, Lq]``. Exactly one is given.
+    flat beyond R; any R ≥ L − 1 reads the values it needs), or ``dense``:
+    ``[1 | B, H, Lq, Lq]``. Exactly one is given.
     """
 
     def __init__(self, length_q: int, offsets: torch.Tensor | None = None, dense: torch.Tensor | None = None):
@@ -108,7 +112,8 @@ class BiasBlocks:
         self._sources: dict[torch.dtype, torch.Tensor] = {}
         self._centred: torch.Tensor | None = None
         self._tiles: dict[tuple[int, int, torch.dtype], torch.Tensor] = {}
-        self._slopes: torch.Tensor | None | bool = False  # not read yet
+        self._slopes: torch.Tensor | None = None
+        self._slopes_read = False
         self._whole: torch.Tensor | None = None
 
     @property
@@ -129,20 +134,20 @@ class BiasBlocks:
     def far_slopes(self) -> torch.Tensor | None:
         """Per head, the slope of offsets' values that are linear on the causal side (ALiBi: values
         m·(j − i) for j ≤ i), else None. Read from the values once: they live on the CPU (no stall)."""
-        if self._slopes is False:
-            self._slopes = None
+        if not self._slopes_read:
+            self._slopes_read = True
             if self.offsets is not None and self.radius == self.length_q - 1 and self.length_q > 1:
-                past = self.offsets[:, : self.length_q].float()  # offsets −(L − 1) … 0
-                slopes = (past[:, -1] - past[:, 0]) / (self.length_q - 1)
-                offsets = torch.arange(-(self.length_q - 1), 1, device=past.device)
-                line = past[:, -1:] + slopes[:, None] * offsets
-                if bool(((past - line).abs() <= LINEAR_TOLERANCE * (1 + line.abs())).all()):
+                past = self.centred()[:, : self.length_q]  # offsets −(L − 1) … 0, the last one 0
+                slopes = -past[:, 0] / (self.length_q - 1)
+                line = slopes[:, None] * torch.arange(-(self.length_q - 1), 1, device=past.device)
+                reach = LINEAR_TOLERANCE * (1 + slopes.abs()[:, None] * (self.length_q - 1))
+                if bool(((past - line).abs() <= reach).all()):
                     self._slopes = slopes
         return self._slopes
 
     def split_band(self, learned: bool, dtype: torch.dtype) -> int | None:
         """R where the keys can go apart: near ones (offsets −(R − 1) … 0) with the bias, far ones without
-        it (a flat bias) or with its slope as one more column (a fixed linear one, float32 only)."""
+        it (a flat bias) or with its slope in two more columns (a fixed linear one, float32 only)."""
         if self.flat:
             return self.radius
         if not learned and dtype == torch.float32 and LINEAR_BAND < self.length_q - 1 and self.far_slopes() is not None:
@@ -215,7 +220,8 @@ class BiasBlocks:
         return self._tiles[key]
 
     def grad_into(self, grad: torch.Tensor, block_grad: torch.Tensor, start: int, stop: int) -> None:
-        """Add a block's gradient ``[B, H, r, end]`` to ``grad``: shaped like :attr:`tensor`, or for offsets
+        """Put a block's gradient ``[B, H, r, end]`` into ``grad`` (each block's rows once): shaped like
+        :attr:`tensor` (a dense bias), or for offsets
         ``[H, 2L − 1]``, one entry per offset (:meth:`fold` then sums what shares an edge value)."""
         if self.offsets is None:
             if grad.shape[0] == 1:
@@ -262,6 +268,7 @@ def _mask_blocks(blocks: BiasBlocks, length: int, heads: int, dtype: torch.dtype
 class _BlockedCausalBiasAttention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, values, blocks: BiasBlocks):
+        # ``values`` (blocks.tensor) is read through ``blocks``; passed so that autograd routes its gradient
         batch, heads, length, dim = q.shape
         ctx.blocks = blocks
         # past the whole layout, a flat or linear bias: near keys with the bias, far keys without
@@ -354,8 +361,8 @@ def _band_rows(batch_heads: int, radius: int) -> int:
 
 
 def _band_pays(batch_heads: int, radius: int, length: int) -> bool:
-    """Whether the band of offsets within ``radius`` (plus a row block) is under half of every row's keys:
-    splitting near keys from far ones then leaves most of the work to the kernels without a bias."""
+    """Whether the band of offsets within ``radius`` (plus a row block) is at most half the sequence: the band
+    gradient then reads less than the written-out backward's causal half."""
     return radius >= 1 and 2 * (radius + _band_rows(batch_heads, radius)) <= length
 
 
@@ -376,10 +383,10 @@ def _band_windows(length: int, radius: int, rows: int):
         yield slice(start, stop), slice(first, stop), slice(skip, skip + stop - first)
 
 
-def _near_rows(batch_heads: int, radius: int) -> int:
+def _near_rows(batch_heads: int, radius: int, length: int) -> int:
     """Query rows per block of near keys: at least R − 1, so that a block's window reaches back into the
-    previous block only."""
-    return max(2 * _band_rows(batch_heads, radius), radius - 1)
+    previous block only, and at most the sequence."""
+    return min(max(2 * _band_rows(batch_heads, radius), radius - 1), length)
 
 
 def _near_runs(length: int, radius: int, rows: int):
@@ -433,10 +440,10 @@ def _split_forward(q, k, v, blocks: BiasBlocks, band: int):
     """Attention with the keys split at offset −R (R = ``band``): the near keys (offsets −(R − 1) … 0) block
     by block with the band tile as mask (the blocks of a run in one kernel call, as a batch), the far keys
     (every offset ≤ −R) in one kernel call without a mask (rows R … L − 1 against keys 0 … L − R − 1 is a
-    causal square; a flat bias is 0 there, a linear one rides in one more column), and the two softmaxes
-    merged through their log-sum-exps."""
+    causal square; a flat bias is a constant there, folded into that part's log-sum-exp, and a linear one
+    rides in two more columns: :class:`_FarKeys`), and the two softmaxes merged through their log-sum-exps."""
     batch, heads, length, _ = q.shape
-    rows = _near_rows(batch * heads, band)
+    rows = _near_rows(batch * heads, band, length)
     tile = blocks.band_tile(rows, band, q.dtype)
     out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     lse = torch.empty(batch, heads, length, dtype=torch.float32, device=q.device)
@@ -464,9 +471,10 @@ def _split_backward(grad_out, q, k, v, out, lse, blocks: BiasBlocks, band: int):
     """dq, dk, dv of :func:`_split_forward`: ATen's flash backward on each of its parts, given the merged
     output and log-sum-exp (so each part's P and δ are the whole softmax's)."""
     batch, heads, length, _ = q.shape
-    rows = _near_rows(batch * heads, band)
+    rows = _near_rows(batch * heads, band, length)
     tile = blocks.band_tile(rows, band, q.dtype)
-    dq, dk, dv = (torch.zeros(t.shape, dtype=t.dtype, device=t.device) for t in (q, k, v))
+    # each key's gradient adds up a few parts: in float32, whatever the inputs' dtype
+    dq, dk, dv = (torch.zeros(t.shape, dtype=torch.float32, device=t.device) for t in (q, k, v))
     for start, count, size, head in _near_runs(length, band, rows):
         width = head + size
         dq_near, dk_near, dv_near = _FLASH_BACKWARD(
@@ -487,7 +495,7 @@ def _split_backward(grad_out, q, k, v, out, lse, blocks: BiasBlocks, band: int):
     dq[:, :, band:] += far.output(dq_far, scaled=True)
     dk[:, :, seen] += far.output(dk_seen)
     dv[:, :, seen] += far.output(dv_seen)
-    return dq, dk, dv
+    return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype)
 
 
 class _FarKeys:
@@ -504,7 +512,7 @@ class _FarKeys:
         batch, heads, length, dim = q.shape
         size = length - band
         self.edge = blocks.value_at(-band).view(1, heads, 1)
-        slopes = None if blocks.flat else blocks.far_slopes()
+        slopes = blocks.far_slopes()  # None for a flat bias
         self.linear = slopes is not None
         self.scale = self.query_scale = dim**-0.5  # the kernel's; the queries' own
         q, k, v = q[:, :, band:], k[:, :, :size], v[:, :, :size]
@@ -575,7 +583,9 @@ def _fixed_bias_backward(grad_out, q, k, v, out, lse, blocks: BiasBlocks):
     grad_out = grad_out.contiguous()
     if _laid_out_whole(heads, length):
         return _FLASH_BACKWARD(grad_out, q, k, v, out, lse, 0.0, True, attn_mask=blocks.whole(q.dtype))
-    dq, dk, dv = torch.empty_like(q), torch.zeros_like(k), torch.zeros_like(v)
+    dq = torch.empty_like(q)
+    # dk, dv add up every block's share: in float32, whatever the inputs' dtype (bf16 sums drift)
+    dk, dv = (torch.zeros(t.shape, dtype=torch.float32, device=t.device) for t in (k, v))
     for rows, mask in _mask_blocks(blocks, length, heads, q.dtype):  # the rows' share of dk, dv
         seen = slice(0, rows.stop)
         dq_rows, dk_seen, dv_seen = _FLASH_BACKWARD(
@@ -585,7 +595,7 @@ def _fixed_bias_backward(grad_out, q, k, v, out, lse, blocks: BiasBlocks):
         dq[:, :, rows] = dq_rows
         dk[:, :, seen] += dk_seen
         dv[:, :, seen] += dv_seen
-    return dq, dk, dv
+    return dq, dk.to(k.dtype), dv.to(v.dtype)
 
 
 def causal_bias_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, blocks: BiasBlocks) -> torch.Tensor:
