@@ -265,6 +265,18 @@ def test_a_fixed_linear_bias_puts_its_far_slope_in_a_column(kind, whole, monkeyp
     assert bool(calls) == (kind == "linear" and not whole)
 
 
+def alibi_in_float64(slopes: torch.Tensor, length: int):
+    """ALiBi's values m·(j − i) for ``slopes``; random q, k, v and upstream weights ``[1, H, L, 16]``; and the
+    float64 reference: the output and the q, k, v gradients."""
+    values = -slopes[:, None] * torch.arange(-(length - 1), length).abs()
+    q, k, v, weights = (torch.randn(1, len(slopes), length, 16) for _ in range(4))
+    i, j = torch.arange(length)[:, None], torch.arange(length)[None, :]
+    exact = [t.double().requires_grad_() for t in (q, k, v)]
+    dense = values.double()[:, j - i + length - 1].masked_fill(j > i, float("-inf"))[None]
+    reference = F.scaled_dot_product_attention(*exact, attn_mask=dense)
+    return values, (q, k, v), weights, [reference, *torch.autograd.grad((reference * weights).sum(), exact)]
+
+
 @pytest.mark.parametrize("heads", [4, 6], ids=["power-of-two-slopes", "other-slopes"])
 def test_the_far_slope_column_keeps_float32_accuracy(heads, monkeypatch):
     """ALiBi's slopes over 512 keys, far keys through the slope columns: the error against a float64
@@ -280,13 +292,7 @@ def test_the_far_slope_column_keeps_float32_accuracy(heads, monkeypatch):
     torch.manual_seed(0)
     length = 512
     slopes = torch.tensor([2.0 ** (-8 * (h + 1) / heads) for h in range(heads)])  # Press et al. 2022, §3
-    values = -slopes[:, None] * torch.arange(-(length - 1), length).abs()
-    q, k, v, weights = (torch.randn(1, heads, length, 16) for _ in range(4))
-    i, j = torch.arange(length)[:, None], torch.arange(length)[None, :]
-    exact = [t.double().requires_grad_() for t in (q, k, v)]
-    dense = values.double()[:, j - i + length - 1].masked_fill(j > i, float("-inf"))[None]
-    reference = F.scaled_dot_product_attention(*exact, attn_mask=dense)
-    want = [reference, *torch.autograd.grad((reference * weights).sum(), exact)]
+    values, (q, k, v), weights, want = alibi_in_float64(slopes, length)
     errors = {}
     for band in (16, length):  # split, and the masked blocks (no band fits)
         monkeypatch.setattr(cpu_flash, "LINEAR_BAND", band)
@@ -338,13 +344,7 @@ def test_blocked_fixed_bias_sums_key_gradients_in_float32(monkeypatch):
     torch.manual_seed(0)
     length, heads = 128, 4
     slopes = torch.tensor([2.0 ** -(2 * h + 2) for h in range(heads)])
-    values = -slopes[:, None] * torch.arange(-(length - 1), length).abs()
-    q, k, v, weights = (torch.randn(1, heads, length, 16) for _ in range(4))
-    i, j = torch.arange(length)[:, None], torch.arange(length)[None, :]
-    exact = [t.double().requires_grad_() for t in (q, k, v)]
-    dense = values.double()[:, j - i + length - 1].masked_fill(j > i, float("-inf"))[None]
-    reference = F.scaled_dot_product_attention(*exact, attn_mask=dense)
-    want = torch.autograd.grad((reference * weights).sum(), exact)
+    values, (q, k, v), weights, (_, *want) = alibi_in_float64(slopes, length)
     errors = {}
     for whole in (1 << 30, 0):
         monkeypatch.setattr(cpu_flash, "FULL_MASK_ELEMENTS", whole)
