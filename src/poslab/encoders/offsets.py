@@ -41,6 +41,15 @@ def offset_radius(values: torch.Tensor) -> int:
     return (values.shape[-1] - 1) // 2
 
 
+def expand_offsets(values: torch.Tensor, length_q: int, length_k: int) -> torch.Tensor:
+    """``[..., Lq + Lk − 1]``: the value of each offset ``−(Lq − 1) … Lk − 1`` from ``[..., 2R + 1]`` values
+    at ``−R … R`` (the values themselves where they are exactly those; differentiable)."""
+    radius = offset_radius(values)
+    if radius == length_q - 1 == length_k - 1:
+        return values
+    return values[..., clamped_offsets(radius, length_q, length_k, values.device)]
+
+
 def toeplitz_rows(values: torch.Tensor, length_q: int, rows: slice, keys: slice) -> torch.Tensor:
     """Rows ``rows`` x keys ``keys`` of the bias whose offset ``k − q`` has value ``values[..., k − q + Lq − 1]``.
 

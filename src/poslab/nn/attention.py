@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from poslab.encoders.base import PositionEncoder
-from poslab.encoders.offsets import clamped_offsets, offset_radius, toeplitz_rows
+from poslab.encoders.offsets import expand_offsets, toeplitz_rows
 from poslab.nn.kernels import cpu_flash, flex
 from poslab.positions import Positions
 
@@ -62,10 +62,7 @@ class AttentionBias:
 
     def offset_values(self, length_q: int, length_k: int) -> torch.Tensor:
         """``[H, Lq + Lk − 1]``: the value of each offset ``−(Lq − 1) … Lk − 1`` (differentiable)."""
-        radius = offset_radius(self.offsets)
-        if radius == length_q - 1 == length_k - 1:
-            return self.offsets
-        return self.offsets[:, clamped_offsets(radius, length_q, length_k, self.offsets.device)]
+        return expand_offsets(self.offsets, length_q, length_k)
 
     def full(self, length_q: int, length_k: int) -> torch.Tensor | None:
         """The additive bias as a ``[1 | B, H, Lq, Lk]`` tensor (materialises offsets)."""

@@ -46,7 +46,7 @@ import torch
 import torch.nn.functional as F
 
 from poslab import denormals
-from poslab.encoders.offsets import clamped_offsets, offset_radius, toeplitz_rows
+from poslab.encoders.offsets import clamped_offsets, expand_offsets, offset_radius, toeplitz_rows
 
 _FLASH = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
 _FLASH_BACKWARD = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu_backward", None)
@@ -165,13 +165,8 @@ class BiasBlocks:
     def _source(self, dtype: torch.dtype) -> torch.Tensor:
         """The ``[H, 2L − 1]`` value of every offset (or the dense bias) in ``dtype``, made once."""
         if dtype not in self._sources:
-            if self.offsets is None:
-                source = self.dense
-            elif self.radius == self.length_q - 1:
-                source = self.centred()
-            else:
-                index = clamped_offsets(self.radius, self.length_q, self.length_q, self.offsets.device)
-                source = self.centred()[:, index]
+            length = self.length_q
+            source = self.dense if self.offsets is None else expand_offsets(self.centred(), length, length)
             self._sources[dtype] = source.to(dtype)
         return self._sources[dtype]
 
