@@ -68,7 +68,7 @@ compare: ## every encoder x SEEDS (default: the experiment's, 3), then a report:
 report: ## Markdown + PNG report from the runs' summary.json files (DIRS="runs/text")
 	$(BIN)/poslab report $(or $(DIRS),runs)
 
-bench: ## step time and peak memory of every 1D encoder vs none at L=256/1024/2048 -> reports/bench/results.json (ARGS="--lengths 4096")
+bench: ## step time and peak memory of the 1D encoders vs none at L=1024/2048/4096 -> reports/bench/results.json (ARGS="--lengths 256")
 	$(BIN)/poslab bench $(ARGS)
 
 gpu-check: ## on a CUDA machine: train every modality, flex vs SDPA, GPT-2-small speed/MFU and memory vs L, one table (< 8 min; ARGS="--dry-run" on a CPU)

@@ -128,8 +128,10 @@ def test_records_carry_ratios_to_none_and_verdicts_at_the_target_length(monkeypa
     out = tmp_path / "results.json"
     assert main(["--lengths", "256", str(TARGET_LENGTH), "--out", str(out)]) == 0  # misses, but no --check
     records = json.loads(out.read_text())
+    targeted = [n for n in TEXT if n in TARGETS]
     assert [(r["seq_len"], r["encoder"]) for r in records] == [
-        (length, n) for length in (256, TARGET_LENGTH) for n in ["none", *[e for e in TEXT if e != "none"]]
+        *[(256, n) for n in ["none", *[e for e in TEXT if e != "none"]]],
+        *[(TARGET_LENGTH, n) for n in ["none", *targeted]],  # CoPE (no target) only below the target length
     ]
     for r in records:
         times = FAKE_MS.get(r["encoder"], NONE_MS)
@@ -144,7 +146,7 @@ def test_records_carry_ratios_to_none_and_verdicts_at_the_target_length(monkeypa
             assert (r["ok"], r["target"]) == (None, "—"), r  # verdicts only at the length the targets name
     table = capsys.readouterr().out
     rows = {line.split("│")[2].strip(): line for line in table.splitlines() if f"│ {TARGET_LENGTH} │" in line}
-    assert set(rows) == set(TEXT)  # one row per encoder at that length
+    assert set(rows) == {"none", *targeted}  # one row per encoder timed at that length
     for name, (time_ratio, memory_ratio, ok, _) in EXPECTED.items():
         cells = [c.strip() for c in rows[name].split("│")]
         assert cells[4] == f"{time_ratio:.2f}" and cells[6] == f"{memory_ratio:.2f}"
@@ -228,17 +230,41 @@ def test_encoders_picks_a_subset_timed_against_none_and_a_typo_is_one_line(monke
     assert err.startswith("poslab: error: bench: unknown 1D encoder 'alibj'; valid: ") and err.count("\n") == 1
 
 
-def test_encoders_without_a_target_are_timed_past_the_target_length_only_when_named(monkeypatch, tmp_path, capsys):
-    """CoPE (no target, L x L by design) would take most of a default run at 2048: it is timed up to the target
+def test_encoders_without_a_target_are_timed_at_and_past_the_target_length_only_when_named(
+    monkeypatch, tmp_path, capsys
+):
+    """CoPE (no target, L x L by design) would take most of a default run at 1024: it is timed below the target
     length, and at every length when --encoders names it; the run says so."""
     fake_measurements(monkeypatch)
     out = tmp_path / "results.json"
     untargeted = [n for n in TEXT if n != "none" and n not in TARGETS]
     assert untargeted, "every encoder has a target: nothing to check"
-    assert main(["--lengths", str(TARGET_LENGTH), "2048", "--out", str(out)]) == 0
+    assert main(["--lengths", "256", str(TARGET_LENGTH), "--out", str(out)]) == 0
     timed = {(r["seq_len"], r["encoder"]) for r in json.loads(out.read_text())}
-    assert {(TARGET_LENGTH, n) for n in TEXT} <= timed
-    assert {(2048, n) for n in TEXT if n not in untargeted} <= timed and not {(2048, n) for n in untargeted} & timed
-    assert f"--encoders {' '.join(sorted(untargeted))} times them at every length" in capsys.readouterr().out
+    assert {(256, n) for n in TEXT} <= timed
+    assert {(TARGET_LENGTH, n) for n in TARGETS} <= timed and not {(TARGET_LENGTH, n) for n in untargeted} & timed
+    printed = capsys.readouterr().out
+    assert f"{', '.join(untargeted)} at L = {TARGET_LENGTH};" in printed
+    assert f"--encoders {' '.join(untargeted)} times them at every length" in printed
     assert main(["--lengths", "2048", "--encoders", *untargeted, "--out", str(out)]) == 0
     assert {r["encoder"] for r in json.loads(out.read_text())} == {"none", *untargeted}
+
+
+def test_the_default_run_times_each_encoder_where_it_is_held_to_a_target(monkeypatch, tmp_path, capsys):
+    """Without --lengths: the target length and the long ones. At 1024 every targeted encoder; at 2048 the
+    additive biases (held to the long target there); at 4096 the biases built from their offsets, not one laid
+    out L x L by design (4x per doubling: it already misses at 2048). Read from the hooks, not from names."""
+    from poslab.encoders import encoder_class
+
+    fake_measurements(monkeypatch)
+    out = tmp_path / "results.json"
+    assert main(["--out", str(out)]) == 0
+    timed = {}
+    for r in json.loads(out.read_text()):
+        timed.setdefault(r["seq_len"], set()).add(r["encoder"])
+    biases = {n for n in TARGETS if encoder_class(n).uses("attention_bias")}
+    from_offsets = {n for n in biases if encoder_class(n).uses("relative_bias")}
+    assert {"alibi", "t5", "relative", "kerple"} <= from_offsets and "fire" in biases - from_offsets
+    assert timed == {1024: {"none", *TARGETS}, 2048: {"none", *biases}, 4096: {"none", *from_offsets}}
+    printed = capsys.readouterr().out
+    assert "fire at L = 4096" in printed and "--encoders " in printed
