@@ -276,7 +276,6 @@ def main(argv: list[str] | None = None) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from poslab.encoders import available_encoders
     from poslab.errors import ConfigError
 
     parser = argparse.ArgumentParser(prog="poslab bench", description=__doc__.splitlines()[0])
