@@ -3,7 +3,9 @@
 Without a GPU, the ``meta`` device stands in for one: an op that mixes a CPU
 tensor with a meta tensor raises as it would with CUDA, and reading a value
 (``.item()``, ``int(t)``, ``if t:``) raises because a meta tensor has none —
-the host synchronisations a GPU would stall on. Parametrized over the
+the host synchronisations a GPU would stall on. A copy of a host tensor to
+the device (an ``arange`` made on the CPU, then moved) is recorded by a
+dispatch mode: on a GPU it waits for the host too. Parametrized over the
 registry, so a new encoder is checked with no edit here.
 """
 
@@ -11,6 +13,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_map
 
 from poslab.config import compose
@@ -24,6 +27,22 @@ from tests.encoders.test_registry import build, sample_positions
 
 META = torch.device("meta")
 LENGTH = 16
+
+
+class HostCopies(TorchDispatchMode):
+    """Records every copy of a host (CPU) tensor to another device: on a GPU, each one waits for the host."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: list[tuple[str, tuple[int, ...]]] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if func in (torch.ops.aten._to_copy.default, torch.ops.aten.copy_.default):
+            source = args[0] if func is torch.ops.aten._to_copy.default else args[1]
+            if isinstance(source, torch.Tensor) and source.device.type == "cpu" and out.device.type != "cpu":
+                self.seen.append((func.__name__, tuple(source.shape)))
+        return out
 
 
 def meta_positions(facts: bool) -> Positions:
@@ -42,13 +61,26 @@ def test_every_hook_runs_on_the_meta_device(name, facts):
     q = torch.empty(2, 2, LENGTH, 16, device=META)
     if "encode_input" in hooks:
         assert enc.encode_input(x, pos).device == META
-    if "rotate" in hooks:
+    if "rotate" in hooks:  # and the query / key forms an encoder may override instead (xPos)
         assert enc.rotate(q, pos).device == META
+        assert enc.rotate_query(q, pos).device == META and enc.rotate_key(q, pos).device == META
+    if "content_bias" in hooks:
+        logits = torch.empty(2, 2, LENGTH, LENGTH, device=META)
+        bias = enc.content_bias(q, q, logits)
+        assert bias is None or (bias.device == META and bias.shape == logits.shape)
     if "attention_bias" in hooks:
         bias = enc.attention_bias(pos, pos)
         assert bias is None or bias.device == META
     if "relative_bias" in hooks:
-        assert enc.relative_bias(torch.arange(-3.0, 4.0, device=META)).shape == (2, 7)
+        values = enc.relative_bias(torch.arange(-3.0, 4.0, device=META))
+        assert values.device == META and values.shape == (2, 7)
+    with HostCopies() as copies:  # a second call: the first may build what is kept per shape
+        for hook in ("encode_input", "rotate", "rotate_query", "rotate_key"):
+            if ("rotate" if hook.startswith("rotate") else hook) in hooks:
+                getattr(enc, hook)(x if hook == "encode_input" else q, pos)
+        if "attention_bias" in hooks:
+            enc.attention_bias(pos, pos)
+    assert not copies.seen, f"copied from the host in a hook: {copies.seen}"
     scores = position_similarity(enc, pos, LENGTH, device=META)
     assert scores.device == META and scores.shape == (LENGTH, LENGTH)
 
@@ -83,9 +115,12 @@ def test_a_training_step_of_every_modality_runs_on_the_meta_device(modality, enc
     task = build_task(cfg, datamodule).to(META)
     raw = next(iter(datamodule.train_dataloader()))
     batch = datamodule.as_batch(tree_map(lambda t: t.to(META) if isinstance(t, torch.Tensor) else t, raw))
-    loss = task.training_step(batch, 0)
+    task.training_step(batch, 0)  # the first step may build what is kept per shape
+    with HostCopies() as copies:
+        loss = task.training_step(batch, 1)
     loss = loss["loss"] if isinstance(loss, dict) else loss
     assert loss.device == META
+    assert not copies.seen, f"copied from the host in a training step: {copies.seen}"
 
 
 def test_range_checks_come_from_the_stated_facts_without_reading_the_device():

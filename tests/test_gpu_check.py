@@ -26,6 +26,28 @@ def test_dry_run_prints_one_table_of_the_checks(capsys):
     assert all(line.endswith("| ok |") for line in lines[2:])
 
 
+@pytest.mark.parametrize("name", gpu_check.bias_encoders())
+def test_the_flex_check_compares_every_bias_encoder_and_sees_a_wrong_bias(name, monkeypatch):
+    """Its forward half runs on the CPU (FlexAttention has no CPU backward): within 1e-5 of SDPA for every
+    encoder with an additive bias, and far from it when the score_mod reads the offsets backwards."""
+    from poslab.nn.kernels import flex
+
+    if not flex.AVAILABLE:
+        pytest.skip("this torch has no FlexAttention")
+    small = dict(length=48, heads=2, head_dim=16, device="cpu", backward=False)
+    assert gpu_check.bias_encoders() and gpu_check.flex_error(name, torch.float32, **small) <= 1e-5
+
+    def backwards(values, length_q):
+        return lambda score, b, h, q, k: score + values[h, q - k + length_q - 1]
+
+    def transposed(bias):
+        return lambda score, b, h, q, k: score + bias[0, h, k, q]
+
+    monkeypatch.setattr(flex, "offset_score_mod", backwards)
+    monkeypatch.setattr(flex, "dense_score_mod", transposed)
+    assert gpu_check.flex_error(name, torch.float32, **small) > 1e-2
+
+
 def test_model_flops_follow_palm_appendix_b():
     """6 N + 12 · layers · L · width, N without the token embedding (counted by hand for a 2-layer model)."""
     sizes = gpu_check.Sizes.dry_run()  # width 64, depth 2

@@ -86,6 +86,11 @@ def test_resume_last_finds_the_newest_unfinished_run_and_refuses_a_changed_confi
     changed = [*tiny, "resume=last", "model.dim=64", "optim.lr=0.1"]
     with pytest.raises(ConfigError, match=r"differs from the run's in model.dim \(32 -> 64\), optim.lr"):
         resumed_config(compose(changed), changed)
+    many = [f"{key}={value}" for key, value in (("model.dim", 64), ("model.depth", 3), ("model.num_heads", 4),
+            ("model.mlp_ratio", 3.0), ("model.dropout", 0.2), ("optim.lr", 0.1), ("optim.weight_decay", 0.1),
+            ("optim.warmup_fraction", 0.2), ("data.patch_size", 4), ("seed", 7))]  # fmt: skip
+    with pytest.raises(ConfigError, match=r"data.patch_size \(7 -> 4\).* and 2 more; a resumed run may change"):
+        resumed_config(compose([*tiny, "resume=last", *many]), [*tiny, "resume=last", *many])
 
 
 def cut_at_step_2(tiny, monkeypatch) -> tuple[list[str], Path]:
@@ -107,6 +112,69 @@ def test_resume_refuses_a_checkpoint_changed_since_it_was_saved(tiny, monkeypatc
     assert main(["train", *overrides, f"resume={run_dir}"]) == 2
     err = capsys.readouterr().err
     assert "does not match the SHA-256 recorded when it was saved" in err and err.count("\n") == 1
+
+
+def test_a_checkpoint_replaced_before_its_digest_is_still_resumed_from(tmp_path):
+    """Lightning replaces a checkpoint atomically and its digest follows: a kill in between leaves the new
+    checkpoint beside the old digest. The digest file says a save was under way, so that is not corruption;
+    a change without that mark still is, and the next digest clears the mark."""
+    from poslab.errors import DataError
+    from poslab.rundir import mark_saving, record_digest, recorded_digest, verify_digest
+
+    last = tmp_path / "last.ckpt"
+    last.write_bytes(b"step 1")
+    first = record_digest(last)
+    mark_saving(last)
+    assert recorded_digest(last) == first
+    last.write_bytes(b"step 2")  # the save went through; the kill came before record_digest
+    verify_digest(last)
+    record_digest(last)
+    last.write_bytes(b"step 2, one byte changed")
+    with pytest.raises(DataError, match="does not match the SHA-256 recorded"):
+        verify_digest(last)
+
+
+def test_a_run_killed_between_a_checkpoint_and_its_digest_resumes(tiny, monkeypatch, capsys):
+    """The same, through training: from the second save on, every digest is lost (as if each save's process
+    died before writing it); the run still resumes to the end."""
+    import poslab.callbacks
+    from poslab.rundir import record_digest
+
+    calls = []
+    monkeypatch.setattr(poslab.callbacks, "record_digest", lambda path: calls.append(path) or (
+        record_digest(path) if len(calls) == 1 else None))  # fmt: skip
+    overrides, run_dir = cut_at_step_2(tiny, monkeypatch)
+    assert len(calls) >= 2 and (run_dir / "checkpoints" / "last.ckpt.sha256").read_text().endswith("saving\n")
+    assert main(["train", *overrides, f"resume={run_dir}"]) == 0, capsys.readouterr().err
+    assert (run_dir / "summary.json").is_file()
+
+
+def test_a_resumed_run_continues_its_wandb_run_and_saves_every_tenth_of_the_run_by_default(tiny, monkeypatch):
+    """30 steps without run.checkpoint_every_n_steps: last.ckpt at steps 3 and 6, and at the SIGTERM (step 7).
+    The resumed run logs into the same offline W&B run (the same id, a second offline directory)."""
+    from poslab.callbacks import PeriodicLast
+
+    overrides = [o for o in tiny if not o.startswith("logger=")]
+    overrides += ["logger=wandb", "logger.mode=offline", *STEPS, "trainer.max_epochs=10", "run.name=cut"]
+    saved, save = [], PeriodicLast._save_checkpoint
+
+    def counting(self, trainer, filepath):
+        saved.append(trainer.global_step)
+        save(self, trainer, filepath)
+
+    sigterm_at(monkeypatch, 7)
+    monkeypatch.setattr(PeriodicLast, "_save_checkpoint", counting)
+    with pytest.raises(RunInterrupted):
+        train(compose(overrides))
+    monkeypatch.undo()
+    assert saved == [3, 6, 7]
+    run_dir = Path(next(o for o in tiny if o.startswith("run.root=")).split("=", 1)[1]) / "vision" / "cut"
+    again = [*overrides, f"resume={run_dir}"]
+    summary = train(resumed_config(compose(again), again))
+    offline = sorted((run_dir / "wandb").glob("offline-run-*"))
+    # offline-run-<time>-<id>, with "-1" appended when both started within the same second
+    assert len(offline) == 2 and len({p.name.split("-")[3] for p in offline}) == 1
+    assert summary["wandb"]["dir"] == str(offline[-1]) and summary["history"]["train/loss"]  # the newer one
 
 
 def test_resume_of_a_directory_without_a_checkpoint_is_one_line(tiny, tmp_path, capsys):

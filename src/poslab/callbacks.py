@@ -21,7 +21,7 @@ from poslab import plots
 from poslab.data.resumable import ResumableLoader
 from poslab.evaluation.similarity import position_similarity
 from poslab.loggers import log_figure, log_table
-from poslab.rundir import record_digest
+from poslab.rundir import mark_saving, record_digest
 
 
 class Reporter(L.Callback):
@@ -82,6 +82,8 @@ class DigestedCheckpoint(ModelCheckpoint):
     ``poslab eval`` and ``resume=`` can tell a corrupted or replaced checkpoint from the one saved."""
 
     def _save_checkpoint(self, trainer, filepath: str) -> None:
+        if trainer.is_global_zero:  # a kill between the save and its digest must not read as corruption
+            mark_saving(filepath)
         super()._save_checkpoint(trainer, filepath)
         if trainer.is_global_zero:
             record_digest(filepath)

@@ -3,7 +3,8 @@
 1. **train**: each modality for a few dozen steps under ``trainer=gpu`` (bf16-mixed) with one encoder
    per hook family; every loss finite.
 2. **flex**: FlexAttention's ``score_mod`` path against SDPA with the laid-out bias, forward and
-   gradients, for every offset-bias encoder (1e-5 in float32, 1e-2 in bf16).
+   gradients (of q, k, v and of the bias: a learned one trains through them), for every encoder with an
+   additive bias, offset-only or dense (1e-5 in float32, 1e-2 in bf16).
 3. **speed**: the text model at GPT-2-small size (12 layers, width 768, 12 heads, L = 1024, bf16 autocast,
    compiled): tokens/s, MFU and peak memory for ``none``, ``rope``, ``alibi``, ``t5``. Model FLOPs per
    token are 6·N (N: parameters outside the embeddings) plus 12·layers·L·width for attention (forward
@@ -30,7 +31,8 @@ from pathlib import Path
 #: Peak dense bf16 tensor-core FLOP/s by device name (vendor data sheets, SXM parts).
 PEAK_BF16 = {"H200": 989e12, "H100": 989e12, "A100": 312e12, "L40S": 362e12, "L4": 121e12}
 
-#: (modality, encoder): one encoder per hook family (input, rotation 2D/1D, offset bias, table, time).
+#: (modality, encoder): each modality, one encoder per hook family (input, rotation 2D/1D/3D, offset bias,
+#: table, time).
 TRAIN_CASES = [
     ("vision", "sincos2d"),
     ("vision", "rope2d"),
@@ -39,6 +41,7 @@ TRAIN_CASES = [
     ("text", "t5"),
     ("text", "learned"),
     ("timeseries", "cyclic"),
+    ("video", "rope3d"),
 ]
 SPEED_ENCODERS = ["none", "rope", "alibi", "t5"]
 
@@ -117,55 +120,84 @@ def flex_rows(sizes: Sizes) -> list[Row]:
     """Forward and gradients of the score_mod path against SDPA with the bias laid out, per bias encoder."""
     import torch
 
-    from poslab.encoders import available_encoders, encoder_class
     from poslab.nn.kernels import flex
 
     if not flex.AVAILABLE or sizes.device != "cuda":
         return [Row("flex", "score_mod vs SDPA", "skipped: needs CUDA and FlexAttention", sizes.device != "cuda")]
     rows = []
-    for name in available_encoders():
-        if not encoder_class(name).uses("relative_bias"):
-            continue
+    for name in bias_encoders():
         for dtype, tol in ((torch.float32, 1e-5), (torch.bfloat16, 1e-2)):
             error = flex_error(name, dtype)
             rows.append(Row("flex", f"{name} {str(dtype)[6:]}", f"max |Δ| {error:.2e} (tol {tol:g})", error <= tol))
     return rows
 
 
-def flex_error(name: str, dtype, length: int = 512, heads: int = 8, head_dim: int = 64) -> float:
-    """Largest difference (output and q/k/v gradients, scaled by their size) between flex and SDPA."""
+def bias_encoders() -> list[str]:
+    """Every registered encoder with an additive bias (read from its hooks): offset-only or dense."""
+    from poslab.encoders import available_encoders, encoder_class
+
+    return [name for name in available_encoders() if encoder_class(name).uses("attention_bias")]
+
+
+def flex_error(
+    name: str, dtype, length: int = 512, heads: int = 8, head_dim: int = 64, device: str = "cuda",
+    backward: bool = True,
+) -> float:  # fmt: skip
+    """Largest difference, each scaled by its size, between flex (compiled on CUDA) and SDPA with the bias
+    laid out: the output and, with ``backward``, the gradients of q, k, v and of what the bias is made of
+    (an offset-only bias's ``[H, 2L − 1]`` values, read by the score_mod; else the dense bias)."""
     import torch
     import torch.nn.functional as F
 
     from poslab.encoders import build_encoder_in_context, encoder_defaults
     from poslab.encoders.offsets import toeplitz_offsets
     from poslab.nn.kernels import flex
+    from poslab.positions import Positions
 
     defaults = encoder_defaults(name)
     encoder = build_encoder_in_context(
         name, dim=heads * head_dim, num_heads=heads, options=defaults,
         context={"max_len": length, "bidirectional": False},
-    ).cuda()  # fmt: skip
-    values = encoder.relative_bias(toeplitz_offsets(length, length, device="cuda")).float().detach()
-    generator = torch.Generator(device="cuda").manual_seed(0)
-    q, k, v = (torch.randn(2, heads, length, head_dim, device="cuda", dtype=dtype, generator=generator)
-               for _ in range(3))  # fmt: skip
-    grad = torch.randn(2, heads, length, head_dim, device="cuda", dtype=dtype, generator=generator)
+    ).to(device)  # fmt: skip
+    i = torch.arange(length, device=device)
+    if encoder.uses("relative_bias"):
+        made_of = encoder.relative_bias(toeplitz_offsets(length, length, device=device)).float()
+
+        def laid_out(values):  # bias[h, q, k] = values[h, k − q]
+            return values[:, i[None, :] - i[:, None] + length - 1]
+
+        def score_mod(values):
+            return flex.offset_score_mod(values, length)
+    else:
+        steps = Positions.consecutive(length, device=device)
+        made_of = encoder.attention_bias(steps, steps).float().reshape(1, heads, length, length)
+
+        def laid_out(bias):
+            return bias[0]
+
+        score_mod = flex.dense_score_mod
+    generator = torch.Generator(device=device).manual_seed(0)
+    q, k, v, grad = (torch.randn(2, heads, length, head_dim, device=device, dtype=dtype, generator=generator)
+                     for _ in range(4))  # fmt: skip
+    # plus noise: a learned bias starts at zero (T5, Shaw), which would leave the bias's path untested
+    made_of = made_of.detach() + torch.randn(made_of.shape, device=device, generator=generator)
 
     def outputs(fn):
-        leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
+        leaves = [t.detach().clone().requires_grad_(backward) for t in (q, k, v, made_of)]
         out = fn(*leaves)
+        if not backward:
+            return [out.detach().float()]
         out.backward(grad)
         return [out.detach().float(), *(t.grad.float() for t in leaves)]
 
-    i = torch.arange(length, device="cuda")
-    dense = values[:, i[None, :] - i[:, None] + length - 1].to(dtype)  # bias[h, q, k] = values[h, k - q]
-    dense = dense.masked_fill(i[None, :] > i[:, None], float("-inf"))
-    reference = outputs(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, attn_mask=dense[None]))
-    block_mask = flex.causal_block_mask(length, length, "cuda")
-    score_mod = flex.offset_score_mod(values, length)
-    tested = outputs(lambda q, k, v: flex.flex_bias_attention(q, k, v, score_mod, block_mask))
-    pairs = zip(tested, reference, strict=True)
+    def reference(q, k, v, made_of):
+        dense = laid_out(made_of).to(dtype).masked_fill(i[None, :] > i[:, None], float("-inf"))
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=dense[None])
+
+    block_mask = flex.causal_block_mask(length, length, device)
+    tested = outputs(lambda q, k, v, made_of: flex.flex_bias_attention(
+        q, k, v, score_mod(made_of), block_mask, compiled=device == "cuda"))  # fmt: skip
+    pairs = zip(tested, outputs(reference), strict=True)
     return max(((a - b).abs().max() / b.abs().max().clamp_min(1)).item() for a, b in pairs)
 
 

@@ -21,8 +21,11 @@ from poslab.errors import ConfigError
 CONFIG_FILE = "config.yaml"
 RECORD_FILE = "run.json"
 LAST_CHECKPOINT = Path("checkpoints") / "last.ckpt"
-#: What a resumed run may change: how long it trains, whether it is compiled, and where its files go.
-CHANGEABLE = ("trainer.max_steps", "trainer.max_epochs", "model.compile", "run.", "resume")
+#: What a resumed run may change (key prefixes): how long it trains (``trainer.max_*``: steps, epochs),
+#: whether it is compiled, and where its files go.
+CHANGEABLE = ("trainer.max_", "model.compile", "run.", "resume")
+#: Differing keys named in the error, at most (one line stays readable).
+SHOWN = 8
 #: Group selections that name what a run is, and the key holding that name in its config.
 IDENTITY = {"modality": "modality", "encoder": "encoder.name", "experiment": "experiment"}
 
@@ -79,9 +82,10 @@ def resumed_config(cfg: DictConfig, overrides: list[str] | tuple[str, ...]) -> D
         if not k.startswith(CHANGEABLE)
     ]
     if changed:
-        shown = ", ".join(f"{k} ({old!r} -> {now!r})" for k, old, now in changed[:8])
+        shown = ", ".join(f"{k} ({old!r} -> {now!r})" for k, old, now in changed[:SHOWN])
+        more = f" and {len(changed) - SHOWN} more" if len(changed) > SHOWN else ""
         raise ConfigError(
-            f"resume={cfg.resume}: the config differs from the run's in {shown}; "
+            f"resume={cfg.resume}: the config differs from the run's in {shown}{more}; "
             "a resumed run may change only trainer.max_steps, trainer.max_epochs, model.compile and run.*"
         )
     new.resume = str(run_dir)

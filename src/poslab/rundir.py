@@ -176,17 +176,45 @@ def file_sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def record_digest(path: str | Path) -> str:
-    """Write ``<path>.sha256`` (``sha256sum`` format) next to a checkpoint just saved; returns the digest."""
-    path = Path(path)
-    digest = file_sha256(path)
+#: The line a checkpoint's digest file gains while a new save replaces the checkpoint (:func:`mark_saving`).
+SAVING = "saving"
+
+
+def _write_sidecar(path: Path, text: str) -> None:
+    """``<path>.sha256`` replaced atomically: a reader sees the old text or the new, never half of it."""
     sidecar = path.with_name(path.name + DIGEST_SUFFIX)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{sidecar.name}.", suffix=".tmp")
     shareable(fd)
     with os.fdopen(fd, "w") as fh:
-        fh.write(f"{digest}  {path.name}\n")
+        fh.write(text)
     os.replace(tmp, sidecar)
+
+
+def record_digest(path: str | Path) -> str:
+    """Write ``<path>.sha256`` (``sha256sum`` format) next to a checkpoint just saved; returns the digest."""
+    path = Path(path)
+    digest = file_sha256(path)
+    _write_sidecar(path, f"{digest}  {path.name}\n")
     return digest
+
+
+def mark_saving(path: str | Path) -> None:
+    """Before a save replaces ``path``: its digest file says so. Lightning replaces a checkpoint atomically,
+    but its new digest is written after it; a kill in between would leave the new checkpoint beside the old
+    digest, which :func:`verify_digest` would read as corruption and refuse to resume from."""
+    path = Path(path)
+    sidecar = path.with_name(path.name + DIGEST_SUFFIX)
+    if sidecar.is_file():
+        _write_sidecar(path, f"{sidecar.read_text().splitlines()[0]}\n{SAVING}\n")
+
+
+def save_interrupted(path: str | Path) -> bool:
+    """Whether a save of ``path`` began (:func:`mark_saving`) and its digest was never written."""
+    sidecar = Path(path).with_name(Path(path).name + DIGEST_SUFFIX)
+    try:
+        return SAVING in sidecar.read_text().splitlines()[1:]
+    except OSError:
+        return False
 
 
 def recorded_digest(path: str | Path) -> str | None:
@@ -200,7 +228,8 @@ def recorded_digest(path: str | Path) -> str | None:
 def verify_digest(path: str | Path) -> None:
     """A checkpoint whose bytes differ from the digest recorded when it was saved: one clear line."""
     expected = recorded_digest(path)
-    if expected is not None and file_sha256(Path(path)) != expected:
+    # a save cut before its digest: the checkpoint is whole (replaced atomically), its digest unwritten
+    if expected is not None and file_sha256(Path(path)) != expected and not save_interrupted(path):
         raise DataError(
             f"checkpoint {path} does not match the SHA-256 recorded when it was saved (corrupt or replaced); "
             f"expected {expected[:12]}…"

@@ -66,6 +66,22 @@ def test_flex_dense_score_mod_reads_a_per_sequence_bias():
     torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.skipif(not flex.AVAILABLE, reason="this torch has no FlexAttention")
+def test_flex_stays_compiled_where_the_caller_forces_eager(monkeypatch):
+    """The end-of-run evaluations run the model under set_stance("force_eager"); FlexAttention eager would lay
+    out every L x L score, so it keeps its compiled (fused) form there."""
+    from torch._dynamo.testing import CompileCounter
+
+    counter = CompileCounter()  # a backend that counts the graphs it is handed, then runs them as they are
+    monkeypatch.setattr(flex, "_compiled", lambda: torch.compile(flex.flex_attention, backend=counter))
+    torch._dynamo.reset()
+    q, k, v = (torch.randn(1, HEADS, 16, HEAD_DIM) for _ in range(3))
+    with torch.no_grad(), torch.compiler.set_stance("force_eager"):
+        flex.flex_bias_attention(q, k, v, flex.offset_score_mod(torch.zeros(HEADS, 31), 16), None)
+    assert counter.frame_count == 1
+    torch._dynamo.reset()
+
+
 @pytest.mark.parametrize("name", OFFSET_ONLY)
 def test_backbone_keeps_an_offset_bias_as_its_offsets_only_when_the_data_says_consecutive(name):
     """Consecutive positions: 2L − 1 values (up to 2R + 1 for a bias flat beyond R), no L x L tensor; randomized

@@ -74,11 +74,12 @@ class RoPE(PositionEncoder):
         self._rows = LastInputCache()
 
     # -- frequencies ---------------------------------------------------------------
-    def frequencies(self, seq_len: int = 0) -> tuple[torch.Tensor, float]:
-        """(inverse frequencies float64, attention factor) at this sequence length."""
+    def frequencies(self, seq_len: int = 0, device: torch.device | str | None = None) -> tuple[torch.Tensor, float]:
+        """(inverse frequencies float64 on ``device``, attention factor) at this sequence length."""
         inv_freq, factor = scaled_frequencies(
-            self.scaling, base=self.base, dim=self.rot_dim, original_max_len=self.max_len, seq_len=seq_len
-        )
+            self.scaling, base=self.base, dim=self.rot_dim, original_max_len=self.max_len, seq_len=seq_len,
+            device=device,
+        )  # fmt: skip
         if self.frequency_fraction < 1.0:  # p-RoPE: the lowest frequencies (last in the ladder) become 0
             kept = round(self.frequency_fraction * len(inv_freq))
             inv_freq = torch.cat((inv_freq[:kept], torch.zeros_like(inv_freq[kept:])))
@@ -98,15 +99,13 @@ class RoPE(PositionEncoder):
     def _inverse_frequencies(self, seq_len: int, device: torch.device) -> tuple[torch.Tensor, float]:
         """(inverse frequencies on ``device``, factor), made once per (device, length scale).
 
-        Kept on the device so a forward pass copies nothing from the host.
+        Made on the device, so a forward pass copies nothing from the host.
         """
-        if torch.compiler.is_compiling():  # traced into the graph; no Python-side cache
-            inv_freq, factor = self.frequencies(seq_len)
-            return inv_freq.to(device), factor
+        if torch.compiler.is_compiling():  # traced into the graph (made on the device there); no Python cache
+            return self.frequencies(seq_len, device)
         key = (device, seq_len)
         if key not in self._freqs:
-            inv_freq, factor = self.frequencies(seq_len)
-            self._freqs[key] = (inv_freq.to(device), factor)
+            self._freqs[key] = self.frequencies(seq_len, device)
         return self._freqs[key]
 
     def _cos_sin(self, steps: torch.Tensor, seq_len: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:

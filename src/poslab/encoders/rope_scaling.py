@@ -39,27 +39,27 @@ class RopeScaling:
     beta_slow: float = 1.0
 
 
-def default_inv_freq(base: float, dim: int) -> torch.Tensor:
-    """RoFormer eq. 15: θ_i = base^(−2i/d), i < d/2 (float64)."""
-    return 1.0 / base ** (torch.arange(0, dim, 2, dtype=torch.float64) / dim)
+def default_inv_freq(base: float, dim: int, device: torch.device | str | None = None) -> torch.Tensor:
+    """RoFormer eq. 15: θ_i = base^(−2i/d), i < d/2 (float64), made on ``device`` (no copy from the host)."""
+    return 1.0 / base ** (torch.arange(0, dim, 2, dtype=torch.float64, device=device) / dim)
 
 
-def _none(base, dim, s, original, seq_len, cfg):
-    return default_inv_freq(base, dim), 1.0
+def _none(base, dim, s, original, seq_len, cfg, device):
+    return default_inv_freq(base, dim, device), 1.0
 
 
-def _linear(base, dim, s, original, seq_len, cfg):
-    return default_inv_freq(base, dim) / s, 1.0
+def _linear(base, dim, s, original, seq_len, cfg, device):
+    return default_inv_freq(base, dim, device) / s, 1.0
 
 
-def _ntk(base, dim, s, original, seq_len, cfg):
-    return default_inv_freq(base * s ** (dim / (dim - 2)), dim), 1.0
+def _ntk(base, dim, s, original, seq_len, cfg, device):
+    return default_inv_freq(base * s ** (dim / (dim - 2)), dim, device), 1.0
 
 
-def _dynamic(base, dim, s, original, seq_len, cfg):
+def _dynamic(base, dim, s, original, seq_len, cfg, device):
     length = max(seq_len, original)
     scaled_base = base * ((s * length / original) - (s - 1)) ** (dim / (dim - 2))
-    return default_inv_freq(scaled_base, dim), 1.0
+    return default_inv_freq(scaled_base, dim, device), 1.0
 
 
 def yarn_attention_factor(s: float) -> float:
@@ -67,7 +67,7 @@ def yarn_attention_factor(s: float) -> float:
     return 1.0 if s <= 1 else 0.1 * math.log(s) + 1.0
 
 
-def _yarn(base, dim, s, original, seq_len, cfg):
+def _yarn(base, dim, s, original, seq_len, cfg, device):
     def correction_dim(rotations: float) -> float:
         # the dimension index whose wavelength fits `rotations` times into the original context
         return (dim * math.log(original / (rotations * 2 * math.pi))) / (2 * math.log(base))
@@ -76,9 +76,9 @@ def _yarn(base, dim, s, original, seq_len, cfg):
     high = min(math.ceil(correction_dim(cfg.beta_slow)), dim - 1)
     if low == high:
         high += 0.001
-    ramp = ((torch.arange(dim // 2, dtype=torch.float64) - low) / (high - low)).clamp(0, 1)
+    ramp = ((torch.arange(dim // 2, dtype=torch.float64, device=device) - low) / (high - low)).clamp(0, 1)
     extrapolation = 1 - ramp  # 1: keep the original frequency (fast dims), 0: interpolate
-    inv = default_inv_freq(base, dim)
+    inv = default_inv_freq(base, dim, device)
     return inv / s * (1 - extrapolation) + inv * extrapolation, yarn_attention_factor(s)
 
 
@@ -86,12 +86,18 @@ SCALINGS: dict[str, Callable] = {"none": _none, "linear": _linear, "ntk": _ntk, 
 
 
 def scaled_frequencies(
-    cfg: RopeScaling, *, base: float, dim: int, original_max_len: int | None, seq_len: int = 0
+    cfg: RopeScaling,
+    *,
+    base: float,
+    dim: int,
+    original_max_len: int | None,
+    seq_len: int = 0,
+    device: torch.device | str | None = None,
 ) -> tuple[torch.Tensor, float]:
-    """(inverse frequencies ``[dim/2]`` float64, attention factor) for ``cfg``."""
+    """(inverse frequencies ``[dim/2]`` float64 on ``device``, attention factor) for ``cfg``."""
     if cfg.type == "none" or (cfg.factor == 1.0 and cfg.type != "dynamic"):
-        return default_inv_freq(base, dim), 1.0
+        return default_inv_freq(base, dim, device), 1.0
     original = cfg.original_max_len or original_max_len
     if original is None and cfg.type in ("dynamic", "yarn"):
         raise ValueError(f"rope scaling '{cfg.type}' needs original_max_len")
-    return SCALINGS[cfg.type](base, dim, float(cfg.factor), original, seq_len, cfg)
+    return SCALINGS[cfg.type](base, dim, float(cfg.factor), original, seq_len, cfg, device)

@@ -18,9 +18,10 @@ from poslab.errors import ConfigError
 
 
 def sinusoidal_table(pos: torch.Tensor, dim: int, base: float = 10000.0) -> torch.Tensor:
-    """``[..., L] -> [..., L, dim]`` float32; angles in float64, reduced mod 2π."""
-    inv_freq = 1.0 / base ** (torch.arange(0, dim, 2, dtype=torch.float64) / dim)
-    angles = rotation_angles(pos, inv_freq.to(pos.device))
+    """``[..., L] -> [..., L, dim]`` float32; angles in float64, reduced mod 2π. Made on ``pos``'s device:
+    nothing is copied from the host in a forward pass."""
+    inv_freq = 1.0 / base ** (torch.arange(0, dim, 2, dtype=torch.float64, device=pos.device) / dim)
+    angles = rotation_angles(pos, inv_freq)
     return torch.stack((angles.sin(), angles.cos()), dim=-1).flatten(-2)
 
 

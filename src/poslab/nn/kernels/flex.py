@@ -69,6 +69,14 @@ def _compiled():
 
 
 def flex_bias_attention(q, k, v, score_mod, block_mask, compiled: bool = True) -> torch.Tensor:
-    """FlexAttention, compiled (fused) by default; ``compiled=False`` for the CPU reference checks."""
-    fn = _compiled() if compiled else flex_attention
-    return fn(q, k, v, score_mod=score_mod, block_mask=block_mask)
+    """FlexAttention, compiled (fused) by default; ``compiled=False`` for the CPU reference checks.
+
+    Compiled even where the caller runs eagerly under ``torch.compiler.set_stance("force_eager")`` (the
+    end-of-run evaluations do, at many lengths): eager FlexAttention would lay out every ``L x L`` score.
+    """
+    if not compiled:
+        return flex_attention(q, k, v, score_mod=score_mod, block_mask=block_mask)
+    if torch.compiler.is_compiling():  # inside a compiled model: traced into its graph
+        return _compiled()(q, k, v, score_mod=score_mod, block_mask=block_mask)
+    with torch.compiler.set_stance("default"):
+        return _compiled()(q, k, v, score_mod=score_mod, block_mask=block_mask)
