@@ -48,6 +48,12 @@ def test_the_flex_check_compares_every_bias_encoder_and_sees_a_wrong_bias(name, 
     assert gpu_check.flex_error(name, torch.float32, **small) > 1e-2
 
 
+def test_checks_past_the_time_budget_are_listed_as_not_run(capsys):
+    assert gpu_check.main(["--dry-run", "--only", "flex", "memory", "--budget", "0"]) == 1
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| ")][2:]
+    assert rows == [f"| {part} | not run | the 0 s budget was spent | FAIL |" for part in ("flex", "memory")]
+
+
 def test_model_flops_follow_palm_appendix_b():
     """6 N + 12 · layers · L · width, N without the token embedding (counted by hand for a 2-layer model)."""
     sizes = gpu_check.Sizes.dry_run()  # width 64, depth 2

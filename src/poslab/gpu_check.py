@@ -44,6 +44,8 @@ TRAIN_CASES = [
     ("video", "rope3d"),
 ]
 SPEED_ENCODERS = ["none", "rope", "alibi", "t5"]
+#: Seconds after which no further check starts (the whole check is meant to take under 8 minutes).
+BUDGET_S = 420.0
 
 
 @dataclass
@@ -338,6 +340,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dry-run", action="store_true", help="toy sizes on the CPU: exercise the script only")
     parser.add_argument("--peak-tflops", type=float, help="the device's peak dense bf16 TFLOP/s (for MFU)")
     parser.add_argument("--only", nargs="*", choices=["train", "flex", "speed", "memory"], help="a subset")
+    parser.add_argument("--budget", type=float, default=BUDGET_S, help="seconds; later checks are not started past it")
     args = parser.parse_args(argv)
     if not args.dry_run and not torch.cuda.is_available():
         print("poslab gpu-check: error: no CUDA device is present (run it on a GPU machine, or --dry-run)",
@@ -352,6 +355,9 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="poslab-gpu-check-") as root:
         for part in wanted:
             part_start = time.perf_counter()
+            if part_start - start > args.budget:  # the table still comes out, with what did not run
+                rows.append(Row(part, "not run", f"the {args.budget:.0f} s budget was spent", False))
+                continue
             if part == "train":
                 rows += train_rows(sizes, Path(root))
             elif part == "flex":
