@@ -82,6 +82,51 @@ def test_flex_stays_compiled_where_the_caller_forces_eager(monkeypatch):
     torch._dynamo.reset()
 
 
+def test_attend_routes_each_case_to_its_kernel():
+    """The dispatch reads device, dtype and shape only, so its CUDA branch is checked here without a GPU."""
+    from types import SimpleNamespace
+
+    from poslab.nn import attention
+    from poslab.nn.kernels import cpu_flash
+
+    def tensor(device: str, dtype=torch.float32, head_dim: int = 64, length: int = 32):
+        return SimpleNamespace(device=torch.device(device), dtype=dtype, shape=(2, 4, length, head_dim))
+
+    offsets = AttentionBias(offsets=torch.zeros(4, 63), causal=True)
+    cuda, cpu = tensor("cuda"), tensor("cpu")
+    route = attention.kernel_for
+    assert route(cuda, cuda, None, True, 0.0) == route(cpu, cpu, None, True, 0.0) == "sdpa"
+    assert route(cuda, cuda, offsets, True, 0.0) == ("flex" if flex.AVAILABLE else "sdpa_mask")
+    assert route(tensor("cuda", torch.bfloat16), cuda, offsets, True, 0.0) == (
+        "flex" if flex.AVAILABLE else "sdpa_mask"
+    )
+    assert route(tensor("cuda", head_dim=24), cuda, offsets, True, 0.0) == "sdpa_mask"  # not a power of two
+    assert route(cuda, cuda, offsets, True, 0.1) == "sdpa_mask"  # dropout on the probabilities
+    assert route(cpu, cpu, offsets, True, 0.0) == ("cpu_flash" if cpu_flash.AVAILABLE else "sdpa_mask")
+    assert route(tensor("cpu", torch.float64), cpu, offsets, True, 0.0) == "sdpa_mask"
+    assert route(cpu, cpu, offsets, False, 0.0) == "sdpa_mask"  # bidirectional: the CPU kernel is causal
+    assert route(cpu, tensor("cpu", length=48), offsets, True, 0.0) == "sdpa_mask"  # Lq != Lk
+
+
+@pytest.mark.skipif(not flex.AVAILABLE, reason="this torch has no FlexAttention")
+@pytest.mark.parametrize("causal", [True, False], ids=["causal", "bidirectional"])
+def test_flex_structure_mask_equals_sdpa_with_the_mask(causal):
+    """A boolean structure mask (forecast queries see the past only, …) as a BlockMask, with the causal rule."""
+    torch.manual_seed(0)
+    length = 24
+    q, k, v = (torch.randn(2, HEADS, length, HEAD_DIM) for _ in range(3))
+    allowed = torch.rand(length, length) > 0.3
+    allowed.fill_diagonal_(True)  # every query keeps a key
+    dense = torch.randn(1, HEADS, length, length)
+    keep = allowed & torch.ones(length, length, dtype=torch.bool).tril() if causal else allowed
+    with torch.no_grad():
+        bias = AttentionBias(dense=dense, causal=causal, allowed=allowed)
+        got = flex.flex_bias_attention(q, k, v, bias.score_mod(length), bias.block_mask(length, length, q.device),
+                                       compiled=False)  # fmt: skip
+        want = F.scaled_dot_product_attention(q, k, v, attn_mask=dense.masked_fill(~keep, float("-inf")))
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+
+
 @pytest.mark.parametrize("name", OFFSET_ONLY)
 def test_backbone_keeps_an_offset_bias_as_its_offsets_only_when_the_data_says_consecutive(name):
     """Consecutive positions: 2L − 1 values (up to 2R + 1 for a bias flat beyond R), no L x L tensor; randomized

@@ -118,28 +118,42 @@ def attend(
     * everything else (dropout, a structure mask on the CPU, float64, a torch
       without those kernels): SDPA with the bias folded into a float mask.
     """
-    if bias is None:
+    kernel = kernel_for(q, k, bias, causal, dropout)
+    if kernel == "sdpa":
         return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, is_causal=causal)
     length_q, length_k = q.shape[-2], k.shape[-2]
-    if bias.additive and dropout == 0.0:
-        if q.device.type == "cuda" and flex.AVAILABLE and _flex_head_dim(q.shape[-1]):
-            score_mod = bias.score_mod(length_q)
-            return flex.flex_bias_attention(q, k, v, score_mod, bias.block_mask(length_q, length_k, q.device))
-        if (
-            q.device.type == "cpu"
-            and q.dtype in cpu_flash.DTYPES
-            and causal
-            and bias.allowed is None
-            and length_q == length_k
-            and cpu_flash.AVAILABLE
-            and not torch.compiler.is_compiling()
-        ):
-            return cpu_flash.causal_bias_attention(q, k, v, bias.blocks(length_q))
+    if kernel == "flex":
+        score_mod = bias.score_mod(length_q)
+        return flex.flex_bias_attention(q, k, v, score_mod, bias.block_mask(length_q, length_k, q.device))
+    if kernel == "cpu_flash":
+        return cpu_flash.causal_bias_attention(q, k, v, bias.blocks(length_q))
     mask = bias.masked(length_q, length_k, q.device)
     if mask is None:
         return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, is_causal=causal)
     mask = mask if mask.dtype == torch.bool else mask.to(q.dtype)
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout)
+
+
+def kernel_for(q, k, bias: AttentionBias | None, causal: bool, dropout: float) -> str:
+    """Which kernel :func:`attend` takes: ``sdpa`` (no bias), ``flex``, ``cpu_flash`` or ``sdpa_mask`` (the
+    bias folded into SDPA's mask). Reads only the inputs' device, dtype and shape."""
+    if bias is None:
+        return "sdpa"
+    if not (bias.additive and dropout == 0.0):
+        return "sdpa_mask"
+    if q.device.type == "cuda" and flex.AVAILABLE and _flex_head_dim(q.shape[-1]):
+        return "flex"
+    if (
+        q.device.type == "cpu"
+        and q.dtype in cpu_flash.DTYPES
+        and causal
+        and bias.allowed is None
+        and q.shape[-2] == k.shape[-2]
+        and cpu_flash.AVAILABLE
+        and not torch.compiler.is_compiling()
+    ):
+        return "cpu_flash"
+    return "sdpa_mask"
 
 
 def _flex_head_dim(head_dim: int) -> bool:
