@@ -25,6 +25,15 @@ def test_every_vision_encoder_trains_a_few_steps(tiny, encoder):
     assert Path(summary["run_dir"], "summary.json").exists()
 
 
+def test_a_run_prints_no_advertisement_for_a_hosted_logger(tiny, caplog):
+    """Lightning's tip for its hosted logger is dropped; its other messages (checkpoint restored, …) stay."""
+    with caplog.at_level("INFO"):
+        train(compose(tiny))
+    messages = [r.getMessage() for r in caplog.records]
+    assert any("Restoring states from the checkpoint" in m for m in messages)
+    assert not [m for m in messages if "litlogger" in m.lower()]
+
+
 @pytest.mark.parametrize("fixture", TINY.values())
 def test_every_modality_logs_the_training_loss_per_step_as_train_loss(request, fixture):
     """One key scheme in every modality, so W&B charts line up: ``train/loss`` per step, nothing suffixed."""

@@ -10,6 +10,7 @@ and tests call these directly. Each run owns its directory, its W&B run
 
 from __future__ import annotations
 
+import logging
 import secrets
 import signal
 import time
@@ -39,6 +40,16 @@ from poslab.rundir import (
 
 warnings.filterwarnings("ignore", ".*does not have many workers.*")  # in-memory data: workers only cost
 warnings.filterwarnings("ignore", ".*LeafSpec.*deprecated.*")
+
+
+class _WithoutHostedLoggerTip(logging.Filter):
+    """Lightning advertises its hosted logger (LitLogger) at the start of every run; poslab logs to W&B."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "litlogger" not in record.getMessage().lower()
+
+
+logging.getLogger("lightning.pytorch.utilities.rank_zero").addFilter(_WithoutHostedLoggerTip())
 
 
 def train(cfg: DictConfig) -> dict[str, Any]:
