@@ -82,6 +82,27 @@ def test_flex_stays_compiled_where_the_caller_forces_eager(monkeypatch):
     torch._dynamo.reset()
 
 
+@pytest.mark.skipif(not flex.AVAILABLE, reason="this torch has no FlexAttention")
+def test_flex_compiles_a_few_times_for_many_shapes_and_never_falls_back_to_eager():
+    """Twelve (batch, length) shapes, as a run meets them: compiled with the project's options, dynamo compiles a
+    handful of graphs and stays within its recompile limit, past which FlexAttention would run unfused."""
+    from torch._dynamo.testing import CompileCounter
+
+    counter = CompileCounter()
+    compiled = torch.compile(flex.flex_attention, backend=counter, **flex.COMPILE_OPTIONS)
+    torch._dynamo.reset()
+    values = torch.randn(HEADS, 2 * 256)
+    shapes = [(8, 64), (8, 96), (4, 64), (8, 128), (2, 200), (8, 160), (3, 64), (8, 256), (5, 100), (8, 48), (7, 72),
+              (8, 80)]  # fmt: skip
+    with torch.no_grad():
+        for batch, length in shapes:
+            q, k, v = (torch.randn(batch, HEADS, length, HEAD_DIM) for _ in range(3))
+            score_mod = flex.offset_score_mod(values[:, : 2 * length - 1], length)
+            compiled(q, k, v, score_mod=score_mod, block_mask=flex.causal_block_mask(length, length, "cpu"))
+    assert counter.frame_count <= 4 < torch._dynamo.config.recompile_limit
+    torch._dynamo.reset()
+
+
 def test_attend_routes_each_case_to_its_kernel():
     """The dispatch reads device, dtype and shape only, so its CUDA branch is checked here without a GPU."""
     from types import SimpleNamespace

@@ -63,9 +63,16 @@ def allowed_block_mask(allowed: torch.Tensor, causal: bool):
     return create_block_mask(mask_mod, None, None, length_q, length_k, device=str(allowed.device))
 
 
+#: How FlexAttention is compiled. Shapes become dynamic after the first change (dynamo's automatic dynamic):
+#: a run meets many (training, validation and test batches, a last partial batch, the length-generalisation
+#: lengths), and with ``dynamic=False`` each would compile anew until dynamo's recompile limit (8), after
+#: which FlexAttention runs unfused, laying out every ``L x L`` score.
+COMPILE_OPTIONS = {"dynamic": None}
+
+
 @functools.cache
 def _compiled():
-    return torch.compile(flex_attention, dynamic=False)
+    return torch.compile(flex_attention, **COMPILE_OPTIONS)
 
 
 def flex_bias_attention(q, k, v, score_mod, block_mask, compiled: bool = True) -> torch.Tensor:
