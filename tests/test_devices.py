@@ -123,6 +123,53 @@ def test_a_training_step_of_every_modality_runs_on_the_meta_device(modality, enc
     assert not copies.seen, f"copied from the host in a training step: {copies.seen}"
 
 
+def _bias_cases() -> list[tuple[str, str]]:
+    return [(m, e) for m, e in _cases() if encoder_class(e).uses("attention_bias")]
+
+
+@pytest.mark.parametrize(("modality", "encoder"), _bias_cases())
+def test_the_cuda_route_of_every_modality_gives_the_cpu_route_outputs(modality, encoder, request, monkeypatch):
+    """A validation step with attention routed as on CUDA (FlexAttention where it applies, its eager form on the
+    CPU, forward only) gives the backbone outputs of the CPU route: the score_mod, block mask, class tokens,
+    structure masks and bidirectional attention of each modality, checked without a GPU."""
+    from types import SimpleNamespace
+
+    from poslab.nn import attention
+    from poslab.nn.kernels import flex
+
+    if not flex.AVAILABLE:
+        pytest.skip("this torch has no FlexAttention")
+    overrides = [*_tiny(request, MODALITIES[modality]), f"encoder={encoder}"]
+    heads = compose(overrides).model.num_heads
+    cfg = compose([*overrides, f"model.dim={max(compose(overrides).model.dim, 16 * heads)}"])  # head dim >= 16
+    datamodule = build_datamodule(cfg)
+    datamodule.prepare_data()
+    datamodule.setup("fit")
+    torch.manual_seed(0)
+    task = build_task(cfg, datamodule).eval()
+    for p in task.encoder.parameters():  # learned biases start at zero: give them values that can be wrong
+        torch.nn.init.normal_(p, std=0.5)
+    batch = datamodule.as_batch(next(iter(datamodule.val_dataloader())))
+    outputs, routes = [], []
+    task.backbone.register_forward_hook(lambda module, args, out: outputs.append(out))
+    on_the_cpu = attention.kernel_for
+
+    def as_on_cuda(q, k, bias, causal, dropout):
+        route = on_the_cpu(SimpleNamespace(device=torch.device("cuda"), dtype=q.dtype, shape=q.shape), k, bias,
+                           causal, dropout)  # fmt: skip
+        routes.append(route)
+        return route
+
+    with torch.no_grad():
+        task.validation_step(batch, 0)
+        monkeypatch.setattr(attention, "kernel_for", as_on_cuda)
+        monkeypatch.setattr(flex, "_compiled", lambda: flex.flex_attention)  # eager: its forward runs on the CPU
+        task.validation_step(batch, 0)
+    assert "flex" in routes
+    first, second = (o[0] if isinstance(o, tuple) else o for o in outputs)
+    torch.testing.assert_close(second, first, atol=1e-5, rtol=1e-5)
+
+
 def test_range_checks_come_from_the_stated_facts_without_reading_the_device():
     """A learned table too short for the stated bound, or a 2D table smaller than the stated grid: a clear error
     raised on meta tensors, whose values cannot be read — so the facts alone decided it."""
