@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_map
 
@@ -29,12 +30,12 @@ META = torch.device("meta")
 LENGTH = 16
 
 
-class HostCopies(TorchDispatchMode):
-    """Records every copy of a host (CPU) tensor to another device: on a GPU, each one waits for the host."""
+class _CopiesInDispatch(TorchDispatchMode):
+    """A host tensor copied to another device (``.to(device)``, ``copy_``)."""
 
-    def __init__(self) -> None:
+    def __init__(self, seen: list) -> None:
         super().__init__()
-        self.seen: list[tuple[str, tuple[int, ...]]] = []
+        self.seen = seen
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
@@ -43,6 +44,39 @@ class HostCopies(TorchDispatchMode):
             if isinstance(source, torch.Tensor) and source.device.type == "cpu" and out.device.type != "cpu":
                 self.seen.append((func.__name__, tuple(source.shape)))
         return out
+
+
+class _TensorsFromHostData(TorchFunctionMode):
+    """A tensor made on a device from Python data (``torch.tensor``, ``new_tensor``): also a copy from the host,
+    made before the dispatcher sees it."""
+
+    def __init__(self, seen: list) -> None:
+        super().__init__()
+        self.seen = seen
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        name = getattr(func, "__name__", "")
+        if name in ("tensor", "as_tensor", "new_tensor") and isinstance(out, torch.Tensor) and out.device.type != "cpu":
+            self.seen.append((name, tuple(out.shape)))
+        return out
+
+
+class HostCopies:
+    """Records every copy of host data to another device: on a GPU, each one waits for the host."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, tuple[int, ...]]] = []
+        self._modes = (_TensorsFromHostData(self.seen), _CopiesInDispatch(self.seen))
+
+    def __enter__(self) -> HostCopies:
+        for mode in self._modes:
+            mode.__enter__()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for mode in reversed(self._modes):
+            mode.__exit__(*exc)
 
 
 def meta_positions(facts: bool) -> Positions:
@@ -83,6 +117,39 @@ def test_every_hook_runs_on_the_meta_device(name, facts):
     assert not copies.seen, f"copied from the host in a hook: {copies.seen}"
     scores = position_similarity(enc, pos, LENGTH, device=META)
     assert scores.device == META and scores.shape == (LENGTH, LENGTH)
+
+
+@pytest.mark.parametrize("name", available_encoders())
+def test_every_hook_under_bf16_autocast_stays_finite_and_near_float32(name):
+    """trainer.precision=bf16-mixed runs the hooks under autocast: what each returns stays finite and within
+    bf16's rounding of its float32 result (an op without an autocast rule, such as matrix_exp, fed bf16 by
+    an autocast einsum, returns NaNs). On the CPU's autocast, which casts as CUDA's does."""
+    torch.manual_seed(0)
+    enc = build(name)
+    pos = sample_positions(LENGTH, facts=True)
+    hooks = encoder_class(name).hooks()
+    x, q = torch.randn(2, LENGTH, 32), torch.randn(2, 2, LENGTH, 16)
+    logits = torch.randn(2, 2, LENGTH, LENGTH)
+
+    def results() -> dict[str, torch.Tensor]:
+        out = {}
+        if "encode_input" in hooks:
+            out["encode_input"] = enc.encode_input(x, pos)
+        if "rotate" in hooks:
+            out |= {h: getattr(enc, h)(q, pos) for h in ("rotate_query", "rotate_key")}
+        if "attention_bias" in hooks:
+            out["attention_bias"] = enc.attention_bias(pos, pos)
+        if "content_bias" in hooks:
+            out["content_bias"] = enc.content_bias(q, q, logits)
+        return {k: v for k, v in out.items() if v is not None}
+
+    with torch.no_grad():
+        full = results()
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            mixed = results()
+    for hook, value in mixed.items():
+        assert torch.isfinite(value).all(), f"{name}.{hook} under bf16 autocast"
+        torch.testing.assert_close(value.float(), full[hook].float(), atol=5e-2, rtol=5e-2, msg=f"{name}.{hook}")
 
 
 def test_the_meta_device_catches_a_host_read_and_a_cpu_tensor():

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
 from poslab.callbacks import StepTimer
 from poslab.cli import main
@@ -175,6 +176,29 @@ def test_a_resumed_run_continues_its_wandb_run_and_saves_every_tenth_of_the_run_
     # offline-run-<time>-<id>, with "-1" appended when both started within the same second
     assert len(offline) == 2 and len({p.name.split("-")[3] for p in offline}) == 1
     assert summary["wandb"]["dir"] == str(offline[-1]) and summary["history"]["train/loss"]  # the newer one
+
+
+def test_the_cuda_rng_state_is_this_process_devices_only(monkeypatch):
+    """Each DDP rank draws on its own device; rank 0 saves the state of its own device, and every rank restores
+    it onto its own (the others in rank 0's process were never advanced). Checked with a stand-in for CUDA."""
+    from poslab.callbacks import TrainingPosition
+
+    own, restored = torch.tensor([7], dtype=torch.uint8), []
+
+    def every_device(*_args):
+        raise AssertionError("every device's state: the wrong one for all ranks but rank 0")
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_rng_state", lambda device="cuda": own)
+    monkeypatch.setattr(torch.cuda, "set_rng_state", lambda state, device="cuda": restored.append(state))
+    monkeypatch.setattr(torch.cuda, "get_rng_state_all", every_device)
+    monkeypatch.setattr(torch.cuda, "set_rng_state_all", every_device)
+    state = TrainingPosition().state_dict()
+    assert state["cuda"] is own
+    TrainingPosition().load_state_dict(state)
+    TrainingPosition().load_state_dict({"cpu": state["cpu"], "cuda": [own, torch.tensor([9], dtype=torch.uint8)]})
+    assert restored == [own, own]
 
 
 def test_resume_of_a_directory_without_a_checkpoint_is_one_line(tiny, tmp_path, capsys):

@@ -136,15 +136,20 @@ class TrainingPosition(L.Callback):
     def state_dict(self) -> dict:
         state = {"cpu": torch.get_rng_state()}
         if torch.cuda.is_available() and torch.cuda.is_initialized():
-            state["cuda"] = torch.cuda.get_rng_state_all()
+            # this process's device only: each DDP rank draws on its own device, all alike (the same seed and
+            # the same draws), while the other devices' generators in rank 0's process were never used
+            state["cuda"] = torch.cuda.get_rng_state()
         return state
 
     def load_state_dict(self, state_dict: dict) -> None:
         """Nothing between here and the first resumed batch draws from the global RNG (evaluation loaders
         have their own generator; the sanity check runs in eval mode), as between two steps of the run."""
         torch.set_rng_state(state_dict["cpu"])
-        if "cuda" in state_dict and torch.cuda.is_available():
-            torch.cuda.set_rng_state_all(state_dict["cuda"])
+        cuda = state_dict.get("cuda")
+        if cuda is not None and torch.cuda.is_available():
+            if isinstance(cuda, list | tuple):  # every device's state, as saved before: rank 0's device's
+                cuda = cuda[0]
+            torch.cuda.set_rng_state(cuda)
 
 
 class EncoderFigure(Reporter):

@@ -103,6 +103,25 @@ def test_flex_compiles_a_few_times_for_many_shapes_and_never_falls_back_to_eager
     torch._dynamo.reset()
 
 
+@pytest.mark.skipif(not flex.AVAILABLE, reason="this torch has no FlexAttention")
+def test_the_cached_causal_block_mask_is_not_an_inference_tensor():
+    """Validation may ask for a shape first (sanity steps, a resumed run): the mask it caches must still be
+    usable by a training step, which saves it for the backward pass."""
+    flex.causal_block_mask.cache_clear()
+    with torch.inference_mode():
+        mask = flex.causal_block_mask(256, 256, "cpu")
+    assert not mask.kv_num_blocks.is_inference() and not mask.kv_indices.is_inference()
+    flex.causal_block_mask.cache_clear()
+
+
+def test_flex_inputs_are_made_once_per_forward_pass_for_every_layer():
+    offsets = AttentionBias(offsets=torch.randn(HEADS, 31), causal=True)
+    assert offsets.score_mod(16) is offsets.score_mod(16)
+    allowed = AttentionBias(dense=torch.randn(1, HEADS, 16, 16), allowed=torch.ones(16, 16, dtype=torch.bool))
+    if flex.AVAILABLE:
+        assert allowed.block_mask(16, 16, torch.device("cpu")) is allowed.block_mask(16, 16, torch.device("cpu"))
+
+
 def test_attend_routes_each_case_to_its_kernel():
     """The dispatch reads device, dtype and shape only, so its CUDA branch is checked here without a GPU."""
     from types import SimpleNamespace
@@ -127,6 +146,7 @@ def test_attend_routes_each_case_to_its_kernel():
     assert route(tensor("cpu", torch.float64), cpu, offsets, True, 0.0) == "sdpa_mask"
     assert route(cpu, cpu, offsets, False, 0.0) == "sdpa_mask"  # bidirectional: the CPU kernel is causal
     assert route(cpu, tensor("cpu", length=48), offsets, True, 0.0) == "sdpa_mask"  # Lq != Lk
+    assert route(cuda, tensor("cuda", length=48), offsets, True, 0.0) == "sdpa_mask"  # offsets are read for Lq = Lk
 
 
 @pytest.mark.skipif(not flex.AVAILABLE, reason="this torch has no FlexAttention")

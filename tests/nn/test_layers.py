@@ -81,6 +81,24 @@ def test_attention_with_written_out_logits_equals_the_fused_kernels_without_a_co
     torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
 
 
+def test_written_out_logits_stay_float32_under_bf16_autocast():
+    """Mixed precision leaves the fused kernels' scores in float32; the written-out path (CoPE) keeps them in
+    float32 too, content bias included, instead of autocast's bf16 matmuls."""
+    torch.manual_seed(0)
+    q, k, v = torch.randn(3, 2, 2, 16, 32)
+    seen = []
+
+    def content(q, k, logits):
+        seen.append((logits.dtype, (q @ k.transpose(-1, -2)).dtype))
+        return None
+
+    expected = attend_with_content(q, k, v, None, True, 0.0, content)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        got = attend_with_content(q, k, v, None, True, 0.0, content)
+    assert seen[-1] == (torch.float32, torch.float32)
+    torch.testing.assert_close(got, expected, rtol=1e-6, atol=1e-6)
+
+
 def test_a_content_bias_is_added_to_the_logits_before_the_softmax():
     q, k, v = torch.randn(3, 1, 1, 5, 4)
     shift = torch.randn(1, 1, 5, 5)

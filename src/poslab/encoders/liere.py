@@ -29,6 +29,7 @@ from torch import nn
 from poslab.encoders.base import PositionEncoder
 from poslab.encoders.registry import register_encoder
 from poslab.errors import ConfigError
+from poslab.precision import full_precision
 
 
 @register_encoder("liere")
@@ -50,6 +51,8 @@ class LieRE(PositionEncoder):
             raise ConfigError(f"{self.name}: block_size={block_size} must divide head_dim={self.head_dim} (≥ 2)")
         self.per_head = per_head
         self.extent = self._extent(grid_size)
+        # on the module's device, so a forward pass copies nothing from the host
+        self.register_buffer("scale", torch.tensor(self.extent), persistent=False)
         heads = num_heads if per_head else 1
         blocks = self.head_dim // self.block_size
         self.raw = nn.Parameter(torch.rand(heads, self.axes, blocks, self.block_size, self.block_size) * 2 * math.pi)
@@ -66,15 +69,18 @@ class LieRE(PositionEncoder):
 
     def rotations(self, pos) -> torch.Tensor:
         """exp(Σ_k p_k·A_k) per token: ``[heads, L, blocks, b, b]`` (``[B, heads, L, …]`` for per-sample positions)."""
-        coords = self.field(pos).to(self.raw.device, torch.float32) / self.raw.new_tensor(self.extent)
-        # Σ_k p_k·A_k: positions [(B,) L, axes] against generators [heads, axes, blocks, b, b]
-        generator = torch.einsum("...la,haxij->...hlxij", coords, self.generators())
-        return torch.linalg.matrix_exp(generator.contiguous())
+        coords = self.field(pos).to(self.raw.device, torch.float32) / self.scale
+        # float32 under bf16 autocast too: matrix_exp has no autocast rule and returns NaNs in bf16
+        with full_precision(self.raw.device):
+            # Σ_k p_k·A_k: positions [(B,) L, axes] against generators [heads, axes, blocks, b, b]
+            generator = torch.einsum("...la,haxij->...hlxij", coords, self.generators())
+            return torch.linalg.matrix_exp(generator.contiguous())
 
     def rotate(self, x: torch.Tensor, pos) -> torch.Tensor:
         rotation = self.rotations(pos)
         blocks = x.float().unflatten(-1, (-1, self.block_size))  # [B, H, L, blocks, b]
-        out = torch.einsum("...lxij,...lxj->...lxi", rotation, blocks)
+        with full_precision(x.device):
+            out = torch.einsum("...lxij,...lxj->...lxi", rotation, blocks)
         return out.flatten(-2).to(x.dtype)
 
     def extra_repr(self) -> str:

@@ -19,6 +19,7 @@ from poslab.encoders.base import PositionEncoder
 from poslab.encoders.offsets import expand_offsets, toeplitz_rows
 from poslab.nn.kernels import cpu_flash, flex
 from poslab.positions import Positions
+from poslab.precision import full_precision
 
 
 class AttentionBias:
@@ -55,6 +56,7 @@ class AttentionBias:
         self.causal, self.allowed = causal, allowed
         self._masked: torch.Tensor | None = None
         self._blocks: cpu_flash.BiasBlocks | None = None
+        self._flex: dict[tuple, object] = {}  # FlexAttention's score_mod and BlockMask, made once for every layer
 
     @property
     def additive(self) -> bool:
@@ -92,13 +94,22 @@ class AttentionBias:
         return self._blocks
 
     def score_mod(self, length_q: int):
-        if self.offsets is not None:
-            return flex.offset_score_mod(self.offset_values(length_q, length_q), length_q)
-        return flex.dense_score_mod(self.dense)
+        """FlexAttention's ``score_mod`` for this bias, made once for every layer."""
+        key = ("score_mod", length_q)
+        if key not in self._flex:
+            if self.offsets is not None:
+                self._flex[key] = flex.offset_score_mod(self.offset_values(length_q, length_q), length_q)
+            else:
+                self._flex[key] = flex.dense_score_mod(self.dense)
+        return self._flex[key]
 
     def block_mask(self, length_q: int, length_k: int, device: torch.device):
+        """FlexAttention's ``BlockMask``: the structure mask's, made once for every layer, or the cached causal one."""
         if self.allowed is not None:
-            return flex.allowed_block_mask(self.allowed, self.causal)
+            key = ("allowed", length_q, length_k)
+            if key not in self._flex:
+                self._flex[key] = flex.allowed_block_mask(self.allowed, self.causal)
+            return self._flex[key]
         if self.causal:
             return flex.causal_block_mask(length_q, length_k, str(device))
         return None
@@ -141,14 +152,15 @@ def kernel_for(q, k, bias: AttentionBias | None, causal: bool, dropout: float) -
         return "sdpa"
     if not (bias.additive and dropout == 0.0):
         return "sdpa_mask"
-    if q.device.type == "cuda" and flex.AVAILABLE and _flex_head_dim(q.shape[-1]):
+    square = q.shape[-2] == k.shape[-2]  # an offset bias is read for Lq = Lk (self-attention)
+    if q.device.type == "cuda" and flex.AVAILABLE and _flex_head_dim(q.shape[-1]) and (square or bias.offsets is None):
         return "flex"
     if (
         q.device.type == "cpu"
         and q.dtype in cpu_flash.DTYPES
         and causal
         and bias.allowed is None
-        and q.shape[-2] == k.shape[-2]
+        and square
         and cpu_flash.AVAILABLE
         and not torch.compiler.is_compiling()
     ):
@@ -205,8 +217,14 @@ def attend_with_content(q, k, v, bias: AttentionBias | None, causal: bool, dropo
     The logits are ``q·k/√Dh`` plus every other bias, masked keys at −inf, as
     the encoder's ``content_bias`` expects them; its bias is added before the
     softmax. Only encoders with that hook take this path: it holds the
-    ``[B, H, L, L]`` logits that the fused kernels avoid.
+    ``[B, H, L, L]`` logits that the fused kernels avoid. In float32 under mixed precision too, as the fused
+    kernels keep their scores (autocast would run these matmuls in bf16).
     """
+    with full_precision(q.device):
+        return _attend_with_content(q, k, v, bias, causal, dropout, content_bias)
+
+
+def _attend_with_content(q, k, v, bias: AttentionBias | None, causal: bool, dropout: float, content_bias):
     length_q, length_k = q.shape[-2], k.shape[-2]
     logits = (q.float() @ k.float().transpose(-1, -2)) / math.sqrt(q.shape[-1])
     mask = None if bias is None else bias.masked(length_q, length_k, q.device)

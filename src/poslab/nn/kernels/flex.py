@@ -48,8 +48,11 @@ def dense_score_mod(bias: torch.Tensor):
 
 @functools.lru_cache(maxsize=32)
 def causal_block_mask(length_q: int, length_k: int, device: str):
-    """The causal ``BlockMask`` of one shape, made once (building it costs more than using it)."""
-    return create_block_mask(lambda b, h, q, k: q >= k, None, None, length_q, length_k, device=device)
+    """The causal ``BlockMask`` of one shape, made once (building it costs more than using it). Made outside
+    inference mode even when validation asks first: FlexAttention saves the mask for the backward pass, and
+    a training step cannot save an inference tensor."""
+    with torch.inference_mode(False):
+        return create_block_mask(lambda b, h, q, k: q >= k, None, None, length_q, length_k, device=device)
 
 
 def allowed_block_mask(allowed: torch.Tensor, causal: bool):
