@@ -40,6 +40,14 @@ def test_randomized_positions_train_and_extend_a_learned_table(tiny_text):
     assert "lengen/loss@8x" in summary["metrics"]  # 8 x 16 = 128 < 256 positions
 
 
+def test_the_end_of_run_evaluations_run_under_the_runs_precision(tiny_text):
+    """bf16-mixed (what trainer=gpu uses; autocast on the CPU here): length generalisation at 1x is the test
+    loss, as in float32, because the evaluations after the test run under the same autocast."""
+    overrides = [*tiny_text, "trainer.max_steps=4", "trainer.val_check_interval=4", "eval.multiples=[1,2]"]
+    metrics = train(compose([*overrides, "trainer.precision=bf16-mixed"]))["metrics"]
+    assert metrics["lengen/loss@1x"] == pytest.approx(metrics["test/loss"], rel=1e-7, abs=0)
+
+
 def test_text_checkpoint_re_evaluates(tiny_text):
     summary = train(compose([*tiny_text, "encoder=alibi"]))
     again = evaluate(Path(summary["run_dir"]) / "checkpoints" / "best.ckpt", ["logger=none", "eval.multiples=[1,2]"])

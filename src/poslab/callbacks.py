@@ -36,7 +36,8 @@ class Reporter(L.Callback):
         # more than it saves (and hit dynamo's recompile limit), so a compiled backbone runs eagerly.
         if not trainer.is_global_zero:
             return
-        with torch.compiler.set_stance("force_eager"):
+        # under the run's precision, as the test steps ran (bf16-mixed: autocast), so that their figures compare
+        with torch.compiler.set_stance("force_eager"), trainer.precision_plugin.forward_context():
             self.after_test(trainer, pl_module)
 
     def after_test(self, trainer, pl_module) -> None:
