@@ -152,6 +152,41 @@ def test_every_hook_under_bf16_autocast_stays_finite_and_near_float32(name):
         torch.testing.assert_close(value.float(), full[hook].float(), atol=5e-2, rtol=5e-2, msg=f"{name}.{hook}")
 
 
+def test_on_cuda_the_step_timer_reads_device_events_once_at_the_end(monkeypatch):
+    """The host runs ahead of a GPU, so host times per step would mostly measure queueing: each step is timed
+    by two events on the device's stream, waited for once when training ends. With a stand-in for CUDA
+    events on a device clock where a step takes 40 ms and the gap between steps 5 ms."""
+    from types import SimpleNamespace
+
+    from poslab.callbacks import StepTimer
+
+    device_ms, waits = [0.0], []
+
+    class Event:
+        def __init__(self, enable_timing: bool) -> None:
+            assert enable_timing
+
+        def record(self) -> None:
+            self.at = device_ms[0]
+
+        def synchronize(self) -> None:
+            waits.append(self.at)
+
+        def elapsed_time(self, end) -> float:
+            return end.at - self.at
+
+    monkeypatch.setattr(torch.cuda, "Event", Event)
+    timer, module = StepTimer(), SimpleNamespace(device=torch.device("cuda"))
+    for step in range(12):
+        timer.on_train_batch_start(None, module, None, step)
+        device_ms[0] += 40.0
+        timer.on_train_batch_end(None, module, None, None, step)
+        device_ms[0] += 5.0
+    assert waits == []  # no wait for the device during training
+    timer.on_train_end(None, module)
+    assert waits == [12 * 45.0 - 5.0] and timer.report["metrics"]["perf/train_step_ms"] == pytest.approx(40.0)
+
+
 def test_the_meta_device_catches_a_host_read_and_a_cpu_tensor():
     """The two faults the test above relies on: reading a value, and mixing in a CPU tensor."""
     t = torch.arange(4, device=META)

@@ -177,22 +177,41 @@ class EncoderFigure(Reporter):
 
 
 class StepTimer(Reporter):
-    """Median wall time of a training step (data transfer included), in ms."""
+    """Median time of a training step (data transfer included), in ms.
+
+    On the CPU, the host's wall time. On CUDA the host runs ahead of the device (it waits only where a value
+    is read), so its times would mostly be the time to queue the work: each step is timed by two CUDA events
+    on the device's stream instead, read once, when training ends (no wait per step).
+    """
 
     warmup_steps = 5
 
     def __init__(self) -> None:
         super().__init__()
         self._times: list[float] = []
-        self._start = 0.0
+        self._events: list[tuple] = []
+        self._start: Any = 0.0
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
-        self._start = time.perf_counter()
+        if pl_module.device.type == "cuda":
+            self._start = torch.cuda.Event(enable_timing=True)
+            self._start.record()
+        else:
+            self._start = time.perf_counter()
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-        self._times.append(time.perf_counter() - self._start)
+        if pl_module.device.type == "cuda":
+            end = torch.cuda.Event(enable_timing=True)
+            end.record()
+            self._events.append((self._start, end))
+        else:
+            self._times.append(time.perf_counter() - self._start)
 
     def on_train_end(self, trainer, pl_module) -> None:
+        if self._events:
+            self._events[-1][1].synchronize()  # the last step's end: every earlier event has been reached
+            self._times += [start.elapsed_time(end) / 1000 for start, end in self._events]
+            self._events.clear()
         times = self._times[self.warmup_steps :] or self._times
         if times:
             self.report["metrics"]["perf/train_step_ms"] = 1000 * statistics.median(times)
