@@ -23,6 +23,7 @@ from poslab.bench import (
     round_ratios,
     time_samples,
     time_steps,
+    timed_at,
 )
 from poslab.encoders import available_encoders
 
@@ -266,5 +267,7 @@ def test_the_default_run_times_each_encoder_where_it_is_held_to_a_target(monkeyp
     from_offsets = {n for n in biases if encoder_class(n).uses("relative_bias")}
     assert {"alibi", "t5", "relative", "kerple"} <= from_offsets and "fire" in biases - from_offsets
     assert timed == {1024: {"none", *TARGETS}, 2048: {"none", *biases}, 4096: {"none", *from_offsets}}
+    beyond = {n for n in TARGETS if timed_at(n, 8192)}  # a length asked for past the long ones: the same rule
+    assert beyond == from_offsets
     printed = capsys.readouterr().out
     assert "fire at L = 4096" in printed and "--encoders " in printed

@@ -154,7 +154,8 @@ def test_every_hook_under_bf16_autocast_stays_finite_and_near_float32(name):
 
 def test_on_cuda_the_step_timer_reads_device_events_once_at_the_end(monkeypatch):
     """The host runs ahead of a GPU, so host times per step would mostly measure queueing: each step is timed
-    by two events on the device's stream, waited for once when training ends. With a stand-in for CUDA
+    by two events on the device's stream, read once the device has passed them and, for the last ones, waited
+    for once when training ends. With a stand-in for CUDA
     events on a device clock where a step takes 40 ms and the gap between steps 5 ms."""
     from types import SimpleNamespace
 
@@ -172,6 +173,9 @@ def test_on_cuda_the_step_timer_reads_device_events_once_at_the_end(monkeypatch)
         def synchronize(self) -> None:
             waits.append(self.at)
 
+        def query(self) -> bool:  # reached by the device: here, once two more steps have been queued
+            return device_ms[0] - self.at > 2 * 45.0
+
         def elapsed_time(self, end) -> float:
             return end.at - self.at
 
@@ -182,6 +186,7 @@ def test_on_cuda_the_step_timer_reads_device_events_once_at_the_end(monkeypatch)
         device_ms[0] += 40.0
         timer.on_train_batch_end(None, module, None, None, step)
         device_ms[0] += 5.0
+        assert len(timer._events) <= 3  # steps the device has passed are read as training goes
     assert waits == []  # no wait for the device during training
     timer.on_train_end(None, module)
     assert waits == [12 * 45.0 - 5.0] and timer.report["metrics"]["perf/train_step_ms"] == pytest.approx(40.0)
@@ -232,8 +237,8 @@ def _bias_cases() -> list[tuple[str, str]]:
 @pytest.mark.parametrize(("modality", "encoder"), _bias_cases())
 def test_the_cuda_route_of_every_modality_gives_the_cpu_route_outputs(modality, encoder, request, monkeypatch):
     """A validation step with attention routed as on CUDA (FlexAttention where it applies, its eager form on the
-    CPU, forward only) gives the backbone outputs of the CPU route: the score_mod, block mask, class tokens,
-    structure masks and bidirectional attention of each modality, checked without a GPU."""
+    CPU, forward only) gives the backbone outputs of the CPU route: the score_mod (offsets, or a dense bias),
+    block mask, structure masks and bidirectional attention of each modality, checked without a GPU."""
     from types import SimpleNamespace
 
     from poslab.nn import attention

@@ -115,37 +115,65 @@ def test_resume_refuses_a_checkpoint_changed_since_it_was_saved(tiny, monkeypatc
     assert "does not match the SHA-256 recorded when it was saved" in err and err.count("\n") == 1
 
 
-def test_a_checkpoint_replaced_before_its_digest_is_still_resumed_from(tmp_path):
-    """Lightning replaces a checkpoint atomically and its digest follows: a kill in between leaves the new
-    checkpoint beside the old digest. The digest file says a save was under way, so that is not corruption;
-    a change without that mark still is, and the next digest clears the mark."""
+@pytest.mark.parametrize("killed_before", ["replace", "digest", "cleanup", "nothing"])
+def test_a_kill_anywhere_in_a_save_leaves_a_checkpoint_that_verifies(tmp_path, monkeypatch, killed_before):
+    """A save writes the new digest as pending, replaces the checkpoint, then the digest file. Killed before any
+    of these steps, the checkpoint on disk (old or new) matches a digest on disk; a change made by anything
+    else still reads as corruption, pending digest or not."""
+    import poslab.rundir
     from poslab.errors import DataError
-    from poslab.rundir import mark_saving, record_digest, recorded_digest, verify_digest
+    from poslab.rundir import PENDING_SUFFIX, recorded_digest, save_with_digest, verify_digest
 
     last = tmp_path / "last.ckpt"
-    last.write_bytes(b"step 1")
-    first = record_digest(last)
-    mark_saving(last)
-    assert recorded_digest(last) == first
-    last.write_bytes(b"step 2")  # the save went through; the kill came before record_digest
+    save_with_digest(last, b"step 1")
+    steps = {"replace": 2, "digest": 3, "cleanup": 4, "nothing": None}  # the atomic writes and unlink, in order
+    calls, write, unlink = [], poslab.rundir._write_atomic, Path.unlink
+
+    class Killed(BaseException):
+        pass
+
+    def step(*args):
+        calls.append(args)
+        if len(calls) == steps[killed_before]:
+            raise Killed
+
+    monkeypatch.setattr(poslab.rundir, "_write_atomic", lambda path, data: (step(path), write(path, data)))
+    monkeypatch.setattr(Path, "unlink", lambda self, **kw: (step(self), unlink(self, **kw)))
+    try:
+        save_with_digest(last, b"step 2")
+    except Killed:
+        pass
+    monkeypatch.undo()
     verify_digest(last)
-    record_digest(last)
+    assert last.read_bytes() == (b"step 1" if killed_before == "replace" else b"step 2")
+    if killed_before == "nothing":
+        assert not last.with_name(last.name + PENDING_SUFFIX).exists() and recorded_digest(last)
     last.write_bytes(b"step 2, one byte changed")
     with pytest.raises(DataError, match="does not match the SHA-256 recorded"):
         verify_digest(last)
 
 
 def test_a_run_killed_between_a_checkpoint_and_its_digest_resumes(tiny, monkeypatch, capsys):
-    """The same, through training: from the second save on, every digest is lost (as if each save's process
-    died before writing it); the run still resumes to the end."""
-    import poslab.callbacks
-    from poslab.rundir import record_digest
+    """The same through training: from the second save on, every save dies after replacing the checkpoint and
+    before writing its digest file (as if its process had been killed there); the run still resumes."""
+    import poslab.rundir
 
-    calls = []
-    monkeypatch.setattr(poslab.callbacks, "record_digest", lambda path: calls.append(path) or (
-        record_digest(path) if len(calls) == 1 else None))  # fmt: skip
-    overrides, run_dir = cut_at_step_2(tiny, monkeypatch)
-    assert len(calls) >= 2 and (run_dir / "checkpoints" / "last.ckpt.sha256").read_text().endswith("saving\n")
+    calls, write = [], poslab.rundir._write_atomic
+
+    def dies_before_the_digest(path, data):
+        if path.name.endswith(".sha256"):
+            calls.append(path)
+            if len(calls) > 2:  # the first save of each file (best, last) completes
+                raise OSError("killed")
+        write(path, data)
+
+    monkeypatch.setattr(poslab.rundir, "_write_atomic", dies_before_the_digest)
+    overrides = [*tiny, *STEPS, "run.name=cut"]
+    with pytest.raises(OSError, match="killed"):
+        train(compose(overrides))
+    monkeypatch.undo()
+    run_dir = Path(next(o for o in tiny if o.startswith("run.root=")).split("=", 1)[1]) / "vision" / "cut"
+    assert (run_dir / "checkpoints" / "last.ckpt.sha256.pending").exists()
     assert main(["train", *overrides, f"resume={run_dir}"]) == 0, capsys.readouterr().err
     assert (run_dir / "summary.json").is_file()
 

@@ -38,7 +38,8 @@ TARGETS = {
     # cope: no target. It writes the L x L logits out (and an L x L gather) in every layer by design.
 }
 #: Past the target length, a bias must grow no faster than attention itself: at these lengths every
-#: targeted encoder with an additive bias is held to this (time, memory) ratio to ``none``.
+#: targeted encoder with an additive bias is held to this (time, memory) ratio to ``none`` (the default run
+#: times FIRE, laid out ``L x L``, at the first of them only: :func:`timed_at`).
 LONG_LENGTHS = (2048, 4096)
 LONG_BIAS_TARGET = (1.3, 1.3)
 
@@ -183,21 +184,21 @@ RECORD_KEYS = ("encoder", "seq_len", "step_ms", "peak_mem_mb", "time_ratio", "me
 
 
 def timed_at(name: str, length: int) -> bool:
-    """Whether a run without ``--encoders`` times ``name`` at ``length``: ``none`` always; at the long lengths,
-    the encoders held to a target there (the additive biases), except that a bias laid out ``L x L`` by
-    design (one not built from its offsets: FIRE, 4x the time and memory per doubling of L) stops at the
-    first one; at other lengths every targeted encoder. An encoder without a target (CoPE writes the ``L x L``
-    logits out: 32x ``none`` at 1024) only below the target length."""
+    """Whether a run without ``--encoders`` times ``name`` at ``length``: ``none`` always; up to the target
+    length, every targeted encoder; past it, the additive biases only (held to :data:`LONG_BIAS_TARGET` at
+    the long lengths), a bias laid out ``L x L`` by design (one not built from its offsets: FIRE, 4x the time
+    and memory per doubling of L) no further than the first long length. An encoder without a target (CoPE
+    writes the ``L x L`` logits out: 32x ``none`` at 1024) only below the target length."""
     from poslab.encoders import encoder_class
 
     if name == "none":
         return True
     if name not in TARGETS:
         return length < TARGET_LENGTH
-    if length in LONG_LENGTHS:
-        held = target_at(name, length) != (None, None)
-        return held and (length == LONG_LENGTHS[0] or encoder_class(name).uses("relative_bias"))
-    return True
+    if length <= TARGET_LENGTH:
+        return True
+    kind = encoder_class(name)
+    return kind.uses("attention_bias") and (length <= LONG_LENGTHS[0] or kind.uses("relative_bias"))
 
 
 def target_at(name: str, length: int) -> tuple[float | None, float | None]:

@@ -7,21 +7,23 @@ A :class:`Reporter` fills ``self.report`` (``metrics``, ``tables``,
 
 from __future__ import annotations
 
+import contextlib
 import statistics
 import time
+from collections import deque
 from pathlib import Path
 from typing import Any
 
 import lightning as L
 import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.plugins.precision import MixedPrecision
 from matplotlib.figure import Figure
 
 from poslab import plots
 from poslab.data.resumable import ResumableLoader
 from poslab.evaluation.similarity import position_similarity
 from poslab.loggers import log_figure, log_table
-from poslab.rundir import mark_saving, record_digest
 
 
 class Reporter(L.Callback):
@@ -36,8 +38,11 @@ class Reporter(L.Callback):
         # more than it saves (and hit dynamo's recompile limit), so a compiled backbone runs eagerly.
         if not trainer.is_global_zero:
             return
-        # under the run's precision, as the test steps ran (bf16-mixed: autocast), so that their figures compare
-        with torch.compiler.set_stance("force_eager"), trainer.precision_plugin.forward_context():
+        # under the run's autocast, as the test steps ran (bf16-mixed), so that their figures compare; a
+        # *-true precision's context would change the default dtype for everything the extras create
+        plugin = trainer.precision_plugin
+        autocast = plugin.forward_context() if isinstance(plugin, MixedPrecision) else contextlib.nullcontext()
+        with torch.compiler.set_stance("force_eager"), autocast:
             self.after_test(trainer, pl_module)
 
     def after_test(self, trainer, pl_module) -> None:
@@ -78,19 +83,7 @@ class FiniteLoss(L.Callback):
             )
 
 
-class DigestedCheckpoint(ModelCheckpoint):
-    """A ``ModelCheckpoint`` that records each file's SHA-256 beside it (``best.ckpt.sha256``), so
-    ``poslab eval`` and ``resume=`` can tell a corrupted or replaced checkpoint from the one saved."""
-
-    def _save_checkpoint(self, trainer, filepath: str) -> None:
-        if trainer.is_global_zero:  # a kill between the save and its digest must not read as corruption
-            mark_saving(filepath)
-        super()._save_checkpoint(trainer, filepath)
-        if trainer.is_global_zero:
-            record_digest(filepath)
-
-
-class PeriodicLast(DigestedCheckpoint):
+class PeriodicLast(ModelCheckpoint):
     """``last.ckpt`` every ``every_n_steps`` training steps, at the end, and when the run is interrupted.
 
     ``every_n_steps`` None: a tenth of the run's steps, so a kill loses at most
@@ -177,11 +170,12 @@ class EncoderFigure(Reporter):
 
 
 class StepTimer(Reporter):
-    """Median time of a training step (data transfer included), in ms.
+    """Median time of a training step, in ms, from the batch on the device to the step's end.
 
     On the CPU, the host's wall time. On CUDA the host runs ahead of the device (it waits only where a value
     is read), so its times would mostly be the time to queue the work: each step is timed by two CUDA events
-    on the device's stream instead, read once, when training ends (no wait per step).
+    on the device's stream instead, read when the device has passed them (never waiting for it during
+    training) and at the end.
     """
 
     warmup_steps = 5
@@ -189,7 +183,7 @@ class StepTimer(Reporter):
     def __init__(self) -> None:
         super().__init__()
         self._times: list[float] = []
-        self._events: list[tuple] = []
+        self._events: deque[tuple] = deque()
         self._start: Any = 0.0
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
@@ -200,18 +194,24 @@ class StepTimer(Reporter):
             self._start = time.perf_counter()
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-        if pl_module.device.type == "cuda":
-            end = torch.cuda.Event(enable_timing=True)
-            end.record()
-            self._events.append((self._start, end))
-        else:
+        if pl_module.device.type != "cuda":
             self._times.append(time.perf_counter() - self._start)
+            return
+        end = torch.cuda.Event(enable_timing=True)
+        end.record()
+        self._events.append((self._start, end))
+        while self._events and self._events[0][1].query():  # steps the device has finished: no wait
+            self._read_first()
+
+    def _read_first(self) -> None:
+        start, end = self._events.popleft()
+        self._times.append(start.elapsed_time(end) / 1000)
 
     def on_train_end(self, trainer, pl_module) -> None:
         if self._events:
             self._events[-1][1].synchronize()  # the last step's end: every earlier event has been reached
-            self._times += [start.elapsed_time(end) / 1000 for start, end in self._events]
-            self._events.clear()
+            while self._events:
+                self._read_first()
         times = self._times[self.warmup_steps :] or self._times
         if times:
             self.report["metrics"]["perf/train_step_ms"] = 1000 * statistics.median(times)

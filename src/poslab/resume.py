@@ -21,9 +21,9 @@ from poslab.errors import ConfigError
 CONFIG_FILE = "config.yaml"
 RECORD_FILE = "run.json"
 LAST_CHECKPOINT = Path("checkpoints") / "last.ckpt"
-#: What a resumed run may change (key prefixes): how long it trains (``trainer.max_*``: steps, epochs),
-#: whether it is compiled, and where its files go.
-CHANGEABLE = ("trainer.max_", "model.compile", "run.", "resume")
+#: What a resumed run may change (key prefixes): how long it trains, whether it is compiled, and where its
+#: files go.
+CHANGEABLE = ("trainer.max_steps", "trainer.max_epochs", "model.compile", "run.", "resume")
 #: Differing keys named in the error, at most (one line stays readable).
 SHOWN = 8
 #: Group selections that name what a run is, and the key holding that name in its config.

@@ -176,61 +176,71 @@ def file_sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-#: The line a checkpoint's digest file gains while a new save replaces the checkpoint (:func:`mark_saving`).
-SAVING = "saving"
+#: Beside a checkpoint being replaced: the new checkpoint's digest, written before the replace, removed
+#: once the digest file has it (:func:`save_with_digest`).
+PENDING_SUFFIX = ".sha256.pending"
 
 
-def _write_sidecar(path: Path, text: str) -> None:
-    """``<path>.sha256`` replaced atomically: a reader sees the old text or the new, never half of it."""
-    sidecar = path.with_name(path.name + DIGEST_SUFFIX)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{sidecar.name}.", suffix=".tmp")
+def _write_atomic(path: Path, data: bytes) -> None:
+    """``path`` replaced atomically: a reader sees the old bytes or the new, never half of them."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     shareable(fd)
-    with os.fdopen(fd, "w") as fh:
-        fh.write(text)
-    os.replace(tmp, sidecar)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
-def record_digest(path: str | Path) -> str:
-    """Write ``<path>.sha256`` (``sha256sum`` format) next to a checkpoint just saved; returns the digest."""
+def _beside(path: Path, suffix: str) -> Path:
+    return path.with_name(path.name + suffix)
+
+
+def save_with_digest(path: str | Path, data: bytes) -> str:
+    """Write a checkpoint's bytes with their SHA-256 beside them (``<path>.sha256``, ``sha256sum`` format);
+    returns the digest. The new digest goes down first, as pending, then the checkpoint is replaced, then
+    the digest file: a kill at any point leaves a checkpoint that matches a digest on disk (the recorded one
+    or the pending one), and any other change still reads as corruption (:func:`verify_digest`)."""
+    import hashlib
+
     path = Path(path)
-    digest = file_sha256(path)
-    _write_sidecar(path, f"{digest}  {path.name}\n")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    digest = hashlib.sha256(data).hexdigest()
+    line = f"{digest}  {path.name}\n".encode()
+    pending = _beside(path, PENDING_SUFFIX)
+    _write_atomic(pending, line)
+    _write_atomic(path, data)
+    _write_atomic(_beside(path, DIGEST_SUFFIX), line)
+    pending.unlink(missing_ok=True)
     return digest
 
 
-def mark_saving(path: str | Path) -> None:
-    """Before a save replaces ``path``: its digest file says so. Lightning replaces a checkpoint atomically,
-    but its new digest is written after it; a kill in between would leave the new checkpoint beside the old
-    digest, which :func:`verify_digest` would read as corruption and refuse to resume from."""
-    path = Path(path)
-    sidecar = path.with_name(path.name + DIGEST_SUFFIX)
-    if sidecar.is_file():
-        _write_sidecar(path, f"{sidecar.read_text().splitlines()[0]}\n{SAVING}\n")
+def remove_with_digest(path: str | Path) -> None:
+    """A checkpoint and the digests beside it."""
+    for suffix in ("", DIGEST_SUFFIX, PENDING_SUFFIX):
+        _beside(Path(path), suffix).unlink(missing_ok=True)
 
 
-def save_interrupted(path: str | Path) -> bool:
-    """Whether a save of ``path`` began (:func:`mark_saving`) and its digest was never written."""
-    sidecar = Path(path).with_name(Path(path).name + DIGEST_SUFFIX)
-    try:
-        return SAVING in sidecar.read_text().splitlines()[1:]
-    except OSError:
-        return False
-
-
-def recorded_digest(path: str | Path) -> str | None:
-    sidecar = Path(path).with_name(Path(path).name + DIGEST_SUFFIX)
+def _digest_in(sidecar: Path) -> str | None:
     try:
         return sidecar.read_text().split()[0]
     except (OSError, IndexError):
         return None
 
 
+def recorded_digest(path: str | Path) -> str | None:
+    return _digest_in(_beside(Path(path), DIGEST_SUFFIX))
+
+
 def verify_digest(path: str | Path) -> None:
-    """A checkpoint whose bytes differ from the digest recorded when it was saved: one clear line."""
-    expected = recorded_digest(path)
-    # a save cut before its digest: the checkpoint is whole (replaced atomically), its digest unwritten
-    if expected is not None and file_sha256(Path(path)) != expected and not save_interrupted(path):
+    """A checkpoint whose bytes differ from the digest recorded when it was saved: one clear line. A save
+    cut between its replace and its digest left the new digest pending: that one matches too."""
+    path = Path(path)
+    expected = {d for d in (recorded_digest(path), _digest_in(_beside(path, PENDING_SUFFIX))) if d}
+    if expected and file_sha256(path) not in expected:
         raise DataError(
             f"checkpoint {path} does not match the SHA-256 recorded when it was saved (corrupt or replaced); "
-            f"expected {expected[:12]}…"
+            f"expected {' or '.join(sorted(d[:12] + '…' for d in expected))}"
         )

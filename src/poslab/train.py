@@ -93,11 +93,10 @@ def train(cfg: DictConfig) -> dict[str, Any]:
 
 def _fit_and_test(cfg, datamodule, task, run_dir: Path, name: str, logger: Any, start: float) -> dict[str, Any]:
     """Fit (from ``checkpoints/last.ckpt`` when resuming), test the best checkpoint, write the summary."""
-    from lightning.pytorch.callbacks import LearningRateMonitor
+    from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint
     from lightning.pytorch.utilities.exceptions import SIGTERMException
 
     from poslab.callbacks import (
-        DigestedCheckpoint,
         EncoderFigure,
         FiniteLoss,
         History,
@@ -107,7 +106,7 @@ def _fit_and_test(cfg, datamodule, task, run_dir: Path, name: str, logger: Any, 
     )
 
     monitor, mode = task.monitor
-    checkpoint = DigestedCheckpoint(
+    checkpoint = ModelCheckpoint(
         dirpath=run_dir / "checkpoints",
         filename="best",
         monitor=monitor,
@@ -275,6 +274,8 @@ def build_trainer(cfg: DictConfig, run_dir: Path, logger: Any, callbacks: list):
     import lightning as L
     from lightning.pytorch.callbacks import RichProgressBar
 
+    from poslab.checkpoint_io import DigestedCheckpointIO
+
     kwargs = {k: v for k, v in to_dict(cfg.trainer).items() if k != "name"}
     if kwargs["enable_progress_bar"] and sys.stdout.isatty():
         callbacks = [*callbacks, RichProgressBar()]
@@ -282,6 +283,7 @@ def build_trainer(cfg: DictConfig, run_dir: Path, logger: Any, callbacks: list):
         **kwargs,
         logger=logger if logger is not None else False,
         callbacks=callbacks,
+        plugins=[DigestedCheckpointIO()],  # each checkpoint with its SHA-256 beside it
         default_root_dir=str(run_dir),
         enable_model_summary=False,
     )

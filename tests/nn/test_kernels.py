@@ -66,41 +66,48 @@ def test_flex_dense_score_mod_reads_a_per_sequence_bias():
     torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
 
 
-@pytest.mark.skipif(not flex.AVAILABLE, reason="this torch has no FlexAttention")
-def test_flex_stays_compiled_where_the_caller_forces_eager(monkeypatch):
-    """The end-of-run evaluations run the model under set_stance("force_eager"); FlexAttention eager would lay
-    out every L x L score, so it keeps its compiled (fused) form there."""
+@pytest.fixture
+def counted_flex(monkeypatch):
+    """``flex._compiled()`` as the project builds it, but with a backend that counts the graphs dynamo hands it
+    (then runs them as they are); dynamo's caches fresh before and after, pass or fail."""
     from torch._dynamo.testing import CompileCounter
 
-    counter = CompileCounter()  # a backend that counts the graphs it is handed, then runs them as they are
-    monkeypatch.setattr(flex, "_compiled", lambda: torch.compile(flex.flex_attention, backend=counter))
+    counter, compile_ = CompileCounter(), torch.compile
+    monkeypatch.setattr(torch, "compile", lambda fn, **options: compile_(fn, backend=counter, **options))
+    flex._compiled.cache_clear()
     torch._dynamo.reset()
+    yield counter
+    flex._compiled.cache_clear()
+    torch._dynamo.reset()
+
+
+@pytest.mark.skipif(not flex.AVAILABLE, reason="this torch has no FlexAttention")
+def test_flex_stays_compiled_where_the_caller_forces_eager(counted_flex):
+    """The end-of-run evaluations run the model under set_stance("force_eager"); FlexAttention eager would lay
+    out every L x L score, so it keeps its compiled (fused) form there."""
     q, k, v = (torch.randn(1, HEADS, 16, HEAD_DIM) for _ in range(3))
     with torch.no_grad(), torch.compiler.set_stance("force_eager"):
         flex.flex_bias_attention(q, k, v, flex.offset_score_mod(torch.zeros(HEADS, 31), 16), None)
-    assert counter.frame_count == 1
-    torch._dynamo.reset()
+    assert counted_flex.frame_count == 1
 
 
 @pytest.mark.skipif(not flex.AVAILABLE, reason="this torch has no FlexAttention")
-def test_flex_compiles_a_few_times_for_many_shapes_and_never_falls_back_to_eager():
-    """Twelve (batch, length) shapes, as a run meets them: compiled with the project's options, dynamo compiles a
-    handful of graphs and stays within its recompile limit, past which FlexAttention would run unfused."""
-    from torch._dynamo.testing import CompileCounter
-
-    counter = CompileCounter()
-    compiled = torch.compile(flex.flex_attention, backend=counter, **flex.COMPILE_OPTIONS)
-    torch._dynamo.reset()
+def test_flex_compiles_a_few_times_for_many_shapes_and_never_falls_back_to_eager(counted_flex):
+    """Twelve (batch, length) shapes as a run meets them, offset and dense biases: compiled as the project
+    compiles it, dynamo makes a handful of graphs and stays within its recompile limit, past which
+    FlexAttention would run unfused."""
     values = torch.randn(HEADS, 2 * 256)
     shapes = [(8, 64), (8, 96), (4, 64), (8, 128), (2, 200), (8, 160), (3, 64), (8, 256), (5, 100), (8, 48), (7, 72),
               (8, 80)]  # fmt: skip
     with torch.no_grad():
         for batch, length in shapes:
             q, k, v = (torch.randn(batch, HEADS, length, HEAD_DIM) for _ in range(3))
-            score_mod = flex.offset_score_mod(values[:, : 2 * length - 1], length)
-            compiled(q, k, v, score_mod=score_mod, block_mask=flex.causal_block_mask(length, length, "cpu"))
-    assert counter.frame_count <= 4 < torch._dynamo.config.recompile_limit
-    torch._dynamo.reset()
+            mask = flex.causal_block_mask(length, length, "cpu")
+            offsets = flex.offset_score_mod(values[:, : 2 * length - 1], length)
+            dense = flex.dense_score_mod(torch.randn(1, HEADS, length, length))
+            for score_mod in (offsets, dense):
+                flex.flex_bias_attention(q, k, v, score_mod, mask)
+    assert counted_flex.frame_count <= 4 < torch._dynamo.config.recompile_limit  # two per kind of bias
 
 
 @pytest.mark.skipif(not flex.AVAILABLE, reason="this torch has no FlexAttention")

@@ -122,7 +122,8 @@ def attend(
 
     * no bias: SDPA (flash kernels, ``is_causal``);
     * an additive bias on CUDA: FlexAttention, the bias read per score from its
-      offsets (:mod:`poslab.nn.kernels.flex`);
+      offsets or its dense form (:mod:`poslab.nn.kernels.flex`), where the head dim
+      suits it and an offset bias is read for ``Lq = Lk``;
     * an additive bias with causal attention on the CPU: ATen's flash kernel one
       block of rows at a time, with the bias gradient in its backward
       (:mod:`poslab.nn.kernels.cpu_flash`);
