@@ -90,6 +90,51 @@ def test_the_backbone_compiles_whole_in_a_training_step(encoder, request):
     torch.testing.assert_close(loss_of(task.training_step(batch, 0)), eager)
 
 
+@pytest.mark.parametrize("encoder", [n for n in available_encoders() if encoder_class(n).uses("attention_bias")])
+def test_a_compiled_backbone_traces_the_cuda_route_whole(encoder, request, monkeypatch):
+    """On CUDA a compiled backbone traces FlexAttention (and its score_mod and block mask) into its graph: with
+    attention routed as there, the backbone compiles as one graph and gives the eager CPU route's outputs
+    (a validation step: FlexAttention has no backward on the CPU)."""
+    from poslab.nn import attention
+    from poslab.nn.kernels import flex
+
+    if not flex.AVAILABLE:
+        pytest.skip("this torch has no FlexAttention")
+    modality = _first_modality(encoder)
+    overrides = [*request.getfixturevalue(MODALITIES[modality]), f"encoder={encoder}"]
+    heads = compose(overrides).model.num_heads
+    cfg = compose([*overrides, f"model.dim={max(compose(overrides).model.dim, 16 * heads)}"])  # head dim >= 16
+    datamodule = build_datamodule(cfg)
+    datamodule.prepare_data()
+    datamodule.setup("fit")
+    torch.manual_seed(0)
+    task = build_task(cfg, datamodule).eval()
+    for p in task.encoder.parameters():  # learned biases start at zero: give them values that can be wrong
+        torch.nn.init.normal_(p, std=0.5)
+    batch = datamodule.as_batch(next(iter(datamodule.val_dataloader())))
+    outputs = []
+    task.backbone.register_forward_hook(lambda module, args, out: outputs.append(out))
+    routes = []
+
+    def as_on_cuda(q, k, bias, causal, dropout):  # kernel_for's CUDA branch, traceable
+        route = "sdpa" if bias is None else "flex" if bias.additive and dropout == 0.0 else "sdpa_mask"
+        routes.append(route)
+        return route
+
+    with torch.no_grad():
+        task.validation_step(batch, 0)
+        monkeypatch.setattr(attention, "kernel_for", as_on_cuda)
+        torch._dynamo.reset()
+        task.backbone.compile(fullgraph=True, backend="eager")
+        try:
+            task.validation_step(batch, 0)
+        finally:
+            torch._dynamo.reset()
+    assert "flex" in routes
+    eager, compiled = (o[0] if isinstance(o, tuple) else o for o in outputs)
+    torch.testing.assert_close(compiled, eager, atol=1e-5, rtol=1e-5)
+
+
 def loss_of(output) -> torch.Tensor:
     return output["loss"] if isinstance(output, dict) else output
 

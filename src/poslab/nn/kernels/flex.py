@@ -86,9 +86,9 @@ def flex_bias_attention(q, k, v, score_mod, block_mask, compiled: bool = True) -
     Compiled even where the caller runs eagerly under ``torch.compiler.set_stance("force_eager")`` (the
     end-of-run evaluations do, at many lengths): eager FlexAttention would lay out every ``L x L`` score.
     """
-    if not compiled:
+    # inside a compiled model, traced into its graph and fused with it (calling the compiled wrapper from
+    # traced code would break the graph)
+    if not compiled or torch.compiler.is_compiling():
         return flex_attention(q, k, v, score_mod=score_mod, block_mask=block_mask)
-    if torch.compiler.is_compiling():  # inside a compiled model: traced into its graph
-        return _compiled()(q, k, v, score_mod=score_mod, block_mask=block_mask)
     with torch.compiler.set_stance("default"):
         return _compiled()(q, k, v, score_mod=score_mod, block_mask=block_mask)
