@@ -177,7 +177,7 @@ def peak_memory(name: str, cfg: BenchConfig) -> float:
 
 #: The targets hold at this length; other lengths are reported without a verdict.
 TARGET_LENGTH = 1024
-#: The default run's lengths: the target length and the long ones (6 min on a 2-core CPU).
+#: The default run's lengths: the target length and the long ones (5 min on a 2-core CPU).
 DEFAULT_LENGTHS = (TARGET_LENGTH, *LONG_LENGTHS)
 #: Keys of every record in ``results.json``.
 RECORD_KEYS = ("encoder", "seq_len", "step_ms", "peak_mem_mb", "time_ratio", "memory_ratio")
