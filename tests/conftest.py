@@ -158,3 +158,30 @@ def accept_any_checksum(monkeypatch):
 #: The fixture shrinking each modality's run to a few CPU seconds; registry-wide tests run every modality
 #: through it (a test fails for a registered modality missing here).
 TINY = {"vision": "tiny", "text": "tiny_text", "timeseries": "tiny_ts", "video": "tiny_video"}
+
+
+def flex_ready_validation(request, modality: str, encoder: str) -> tuple:
+    """(task in eval mode, a validation batch, the backbone outputs it records) for ``encoder`` on ``modality``'s
+    tiny config, its head dim at least 16 (what FlexAttention's kernels take) and its learned parameters
+    random (learned biases start at zero, which would hide a bias read wrongly)."""
+    import torch
+
+    from poslab.config import compose
+    from poslab.data import build_datamodule
+    from poslab.tasks import build_task
+
+    overrides = [*request.getfixturevalue(TINY[modality]), f"encoder={encoder}"]
+    model = compose(overrides).model
+    cfg = compose([*overrides, f"model.dim={max(model.dim, 16 * model.num_heads)}"])
+    datamodule = build_datamodule(cfg)
+    datamodule.prepare_data()
+    datamodule.setup("fit")
+    torch.manual_seed(0)
+    task = build_task(cfg, datamodule).eval()
+    for p in task.encoder.parameters():
+        torch.nn.init.normal_(p, std=0.5)
+    outputs: list = []
+    task.backbone.register_forward_hook(
+        lambda module, args, out: outputs.append(out[0] if isinstance(out, tuple) else out)
+    )
+    return task, datamodule.as_batch(next(iter(datamodule.val_dataloader()))), outputs

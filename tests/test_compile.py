@@ -16,7 +16,7 @@ from poslab.data import build_datamodule
 from poslab.encoders import available_encoders, encoder_class
 from poslab.positions import Positions
 from poslab.tasks import build_task
-from tests.conftest import TINY
+from tests.conftest import TINY, flex_ready_validation
 from tests.encoders.test_registry import build, sample_positions
 
 LENGTH = 16
@@ -100,20 +100,7 @@ def test_a_compiled_backbone_traces_the_cuda_route_whole(encoder, request, monke
 
     if not flex.AVAILABLE:
         pytest.skip("this torch has no FlexAttention")
-    modality = _first_modality(encoder)
-    overrides = [*request.getfixturevalue(MODALITIES[modality]), f"encoder={encoder}"]
-    heads = compose(overrides).model.num_heads
-    cfg = compose([*overrides, f"model.dim={max(compose(overrides).model.dim, 16 * heads)}"])  # head dim >= 16
-    datamodule = build_datamodule(cfg)
-    datamodule.prepare_data()
-    datamodule.setup("fit")
-    torch.manual_seed(0)
-    task = build_task(cfg, datamodule).eval()
-    for p in task.encoder.parameters():  # learned biases start at zero: give them values that can be wrong
-        torch.nn.init.normal_(p, std=0.5)
-    batch = datamodule.as_batch(next(iter(datamodule.val_dataloader())))
-    outputs = []
-    task.backbone.register_forward_hook(lambda module, args, out: outputs.append(out))
+    task, batch, outputs = flex_ready_validation(request, _first_modality(encoder), encoder)
     routes = []
 
     def as_on_cuda(q, k, bias, causal, dropout):  # kernel_for's CUDA branch, traceable
@@ -131,7 +118,7 @@ def test_a_compiled_backbone_traces_the_cuda_route_whole(encoder, request, monke
         finally:
             torch._dynamo.reset()
     assert "flex" in routes
-    eager, compiled = (o[0] if isinstance(o, tuple) else o for o in outputs)
+    eager, compiled = outputs
     torch.testing.assert_close(compiled, eager, atol=1e-5, rtol=1e-5)
 
 

@@ -23,7 +23,7 @@ from poslab.encoders import available_encoders, encoder_class
 from poslab.evaluation.similarity import position_similarity
 from poslab.positions import Positions
 from poslab.tasks import build_task
-from tests.conftest import TINY
+from tests.conftest import TINY, flex_ready_validation
 from tests.encoders.test_registry import build, sample_positions
 
 META = torch.device("meta")
@@ -246,19 +246,8 @@ def test_the_cuda_route_of_every_modality_gives_the_cpu_route_outputs(modality, 
 
     if not flex.AVAILABLE:
         pytest.skip("this torch has no FlexAttention")
-    overrides = [*_tiny(request, MODALITIES[modality]), f"encoder={encoder}"]
-    heads = compose(overrides).model.num_heads
-    cfg = compose([*overrides, f"model.dim={max(compose(overrides).model.dim, 16 * heads)}"])  # head dim >= 16
-    datamodule = build_datamodule(cfg)
-    datamodule.prepare_data()
-    datamodule.setup("fit")
-    torch.manual_seed(0)
-    task = build_task(cfg, datamodule).eval()
-    for p in task.encoder.parameters():  # learned biases start at zero: give them values that can be wrong
-        torch.nn.init.normal_(p, std=0.5)
-    batch = datamodule.as_batch(next(iter(datamodule.val_dataloader())))
-    outputs, routes = [], []
-    task.backbone.register_forward_hook(lambda module, args, out: outputs.append(out))
+    task, batch, outputs = flex_ready_validation(request, modality, encoder)
+    routes = []
     on_the_cpu = attention.kernel_for
 
     def as_on_cuda(q, k, bias, causal, dropout):
@@ -273,7 +262,7 @@ def test_the_cuda_route_of_every_modality_gives_the_cpu_route_outputs(modality, 
         monkeypatch.setattr(flex, "_compiled", lambda: flex.flex_attention)  # eager: its forward runs on the CPU
         task.validation_step(batch, 0)
     assert "flex" in routes
-    first, second = (o[0] if isinstance(o, tuple) else o for o in outputs)
+    first, second = outputs
     torch.testing.assert_close(second, first, atol=1e-5, rtol=1e-5)
 
 
