@@ -132,18 +132,22 @@ def shareable(fd: int) -> None:
     os.fchmod(fd, 0o666 & ~mask)
 
 
-def write_json_atomic(path: Path, payload: dict[str, Any]) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
+def _write_atomic(path: Path, data: bytes) -> None:
+    """``path`` replaced atomically: a reader sees the old bytes or the new, never half of them."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     shareable(fd)
     try:
-        with os.fdopen(fd, "w") as fh:
-            json.dump(payload, fh, indent=2, sort_keys=False, default=_jsonable)
-            fh.write("\n")
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def write_json_atomic(path: Path, payload: dict[str, Any]) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    _write_atomic(path, (json.dumps(payload, indent=2, sort_keys=False, default=_jsonable) + "\n").encode())
     return path
 
 
@@ -179,19 +183,6 @@ def file_sha256(path: Path) -> str:
 #: Beside a checkpoint being replaced: the new checkpoint's digest, written before the replace, removed
 #: once the digest file has it (:func:`save_with_digest`).
 PENDING_SUFFIX = ".sha256.pending"
-
-
-def _write_atomic(path: Path, data: bytes) -> None:
-    """``path`` replaced atomically: a reader sees the old bytes or the new, never half of them."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    shareable(fd)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def _beside(path: Path, suffix: str) -> Path:
