@@ -56,7 +56,7 @@ class AttentionBias:
         self.causal, self.allowed = causal, allowed
         self._masked: torch.Tensor | None = None
         self._blocks: cpu_flash.BiasBlocks | None = None
-        self._flex: dict[tuple, object] = {}  # FlexAttention's score_mod and BlockMask, made once for every layer
+        self._score_mod = self._block_mask = None  # FlexAttention's, made once for every layer
 
     @property
     def additive(self) -> bool:
@@ -95,21 +95,19 @@ class AttentionBias:
 
     def score_mod(self, length_q: int):
         """FlexAttention's ``score_mod`` for this bias, made once for every layer."""
-        key = ("score_mod", length_q)
-        if key not in self._flex:
+        if self._score_mod is None:
             if self.offsets is not None:
-                self._flex[key] = flex.offset_score_mod(self.offset_values(length_q, length_q), length_q)
+                self._score_mod = flex.offset_score_mod(self.offset_values(length_q, length_q), length_q)
             else:
-                self._flex[key] = flex.dense_score_mod(self.dense)
-        return self._flex[key]
+                self._score_mod = flex.dense_score_mod(self.dense)
+        return self._score_mod
 
     def block_mask(self, length_q: int, length_k: int, device: torch.device):
         """FlexAttention's ``BlockMask``: the structure mask's, made once for every layer, or the cached causal one."""
         if self.allowed is not None:
-            key = ("allowed", length_q, length_k)
-            if key not in self._flex:
-                self._flex[key] = flex.allowed_block_mask(self.allowed, self.causal)
-            return self._flex[key]
+            if self._block_mask is None:
+                self._block_mask = flex.allowed_block_mask(self.allowed, self.causal)
+            return self._block_mask
         if self.causal:
             return flex.causal_block_mask(length_q, length_k, str(device))
         return None

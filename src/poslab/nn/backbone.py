@@ -18,6 +18,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from poslab.encoders.base import PositionEncoder
+from poslab.encoders.offsets import toeplitz_offsets
 from poslab.nn.attention import AttentionBias, SelfAttention
 from poslab.positions import Positions, steps_start
 
@@ -102,7 +103,7 @@ class Transformer(nn.Module):
             radius = encoder.field(pos).shape[-1] - 1
             flat_beyond = encoder.flat_beyond()
             radius = radius if flat_beyond is None else min(radius, flat_beyond)
-            values = encoder.relative_bias(torch.arange(-radius, radius + 1, dtype=torch.float32, device=device))
+            values = encoder.relative_bias(toeplitz_offsets(radius + 1, radius + 1, device=device))  # −R … R
             return AttentionBias(
                 offsets=values.to(device=device, dtype=torch.float32), causal=self.causal, allowed=allowed
             )

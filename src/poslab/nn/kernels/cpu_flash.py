@@ -73,6 +73,10 @@ FULL_MASK_ELEMENTS = 1 << 24
 #: L = 2048, R = 128, 16.2 ms with 32 rows, 17.7 ms with 64; at L = 1024, R = 32, 5.8 against 5.9 ms).
 #: The split's near keys take twice as many rows per kernel call (64 against 128 or 256: faster).
 BAND_ROWS = 32
+#: A learned bias flat beyond R takes its gradient from the band of offsets within R (plus a row block) where
+#: that band is at most 1/BAND_FRACTION of the sequence: it then reads less than the written-out backward's
+#: causal half.
+BAND_FRACTION = 2
 #: Past the whole layout, a bias flat beyond R splits its keys into near ones (with the bias) and far ones
 #: (without) where the band R + rows is at most 1/SPLIT_FRACTION of the sequence. A training step at
 #: L = 4096 (the ``make bench`` model): T5 1.66x ``none`` -> 1.25x, Shaw 1.66x -> 1.22x. Where the bias is
@@ -269,7 +273,7 @@ class _BlockedCausalBiasAttention(torch.autograd.Function):
         # past the whole layout, a flat or linear bias: near keys with the bias, far keys without
         laid_out = _laid_out_whole(heads, length)
         band = None if laid_out else blocks.split_band(ctx.needs_input_grad[3], q.dtype)
-        ctx.band = band if band is not None and _split_pays(batch * heads, band, length) else None
+        ctx.band = band if band is not None and _band_within(batch * heads, band, length, SPLIT_FRACTION) else None
         if ctx.band is not None:
             out, lse = _split_forward(q, k, v, blocks, ctx.band)
         elif laid_out:  # one kernel call
@@ -290,7 +294,7 @@ class _BlockedCausalBiasAttention(torch.autograd.Function):
         blocks: BiasBlocks = ctx.blocks
         learned = ctx.needs_input_grad[3]
         batch, heads, length, _ = q.shape
-        if learned and not (blocks.flat and _band_pays(batch * heads, blocks.radius, length)):
+        if learned and not (blocks.flat and _band_within(batch * heads, blocks.radius, length, BAND_FRACTION)):
             return (*_learned_bias_backward(grad_out, q, k, v, out, lse, blocks), None)
         dvalues = _flat_bias_grad(grad_out, q, k, v, out, lse, blocks).to(blocks.tensor.dtype) if learned else None
         if ctx.band is not None:
@@ -303,14 +307,12 @@ def _learned_bias_backward(grad_out, q, k, v, out, lse, blocks: BiasBlocks):
     batch, heads, length, dim = q.shape
     values = blocks.tensor
     scale = dim**-0.5
-    delta = (grad_out.float() * out.float()).sum(-1, keepdim=True)  # [B, H, L, 1]
     # [B*H, L, Dh] float32, contiguous once: row blocks of these are matmul-ready without copies
     q2, k2, v2, g2 = (t.float().contiguous().view(batch * heads, length, dim) for t in (q, k, v, grad_out))
     dq, dk, dv = torch.empty_like(q2), torch.zeros_like(k2), torch.zeros_like(v2)
     grad_shape = (heads, 2 * length - 1) if blocks.offsets is not None else values.shape
     dvalues = torch.zeros(grad_shape, dtype=torch.float32, device=values.device)
-    q_lse, k_one = _scores_operands(q2 * scale, k2, lse)
-    g_delta, v_one = _scores_operands(g2, v2, delta)
+    q_lse, k_one, g_delta, v_one = _dS_operands(grad_out, q, k, v, out, lse)
     step = _rows_per_block(batch, heads, length)
     for start in range(0, length, step):  # causal: rows start..stop see keys 0..stop only
         stop = min(start + step, length)
@@ -337,6 +339,18 @@ def _learned_bias_backward(grad_out, q, k, v, out, lse, blocks: BiasBlocks):
     )
 
 
+def _dS_operands(grad_out, q, k, v, out, lse):
+    """``(q_lse, k_one, g_delta, v_one)``, each ``[B·H, L, Dh + 1]`` float32 (one copy of each input,
+    matmul-ready): ``q_lse·k_oneᵀ`` is the scaled logits less the log-sum-exp (its exp, plus the bias, is P)
+    and ``g_delta·v_oneᵀ`` is dP − δ, δ = rowsum(dO ⊙ O): the two products dS = P ⊙ (dP − δ) is made of."""
+    batch, heads, length, dim = q.shape
+    delta = (grad_out.float() * out.float()).sum(-1, keepdim=True)  # [B, H, L, 1]
+    flat = (batch * heads, length, dim + 1)
+    q_lse, k_one = (t.reshape(flat) for t in _scores_operands(q.float() * dim**-0.5, k.float(), lse))
+    g_delta, v_one = (t.reshape(flat) for t in _scores_operands(grad_out.float(), v.float(), delta))
+    return q_lse, k_one, g_delta, v_one
+
+
 def _scores_operands(rows: torch.Tensor, keys: torch.Tensor, subtract: torch.Tensor):
     """``[rows, −subtract]`` and ``[keys, 1]``: their product is ``rows·keysᵀ − subtract`` per row, one
     pass over the ``[B, H, r, L]`` product fewer than subtracting after the matmul."""
@@ -355,17 +369,10 @@ def _band_rows(batch_heads: int, radius: int) -> int:
     return max(1, min(BAND_ROWS, BLOCK_ELEMENTS // (batch_heads * (BAND_ROWS + radius))))
 
 
-def _band_pays(batch_heads: int, radius: int, length: int) -> bool:
-    """Whether the band of offsets within ``radius`` (plus a row block) is at most half the sequence: the band
-    gradient then reads less than the written-out backward's causal half."""
-    return radius >= 1 and 2 * (radius + _band_rows(batch_heads, radius)) <= length
-
-
-def _split_pays(batch_heads: int, radius: int, length: int) -> bool:
-    """Whether the band of offsets within ``radius`` (plus a row block) is at most 1/:data:`SPLIT_FRACTION`
-    of the sequence: then the near keys' kernel calls (with a bias) cost less than building the bias for
-    every block of rows."""
-    return radius >= 1 and SPLIT_FRACTION * (radius + _band_rows(batch_heads, radius)) <= length
+def _band_within(batch_heads: int, radius: int, length: int, fraction: float) -> bool:
+    """Whether the band of offsets within ``radius`` (plus a row block) is at most ``1 / fraction`` of the
+    sequence (:data:`BAND_FRACTION`, :data:`SPLIT_FRACTION`)."""
+    return radius >= 1 and fraction * (radius + _band_rows(batch_heads, radius)) <= length
 
 
 def _band_windows(length: int, radius: int, rows: int):
@@ -551,10 +558,7 @@ def _flat_bias_grad(grad_out, q, k, v, out, lse, blocks: BiasBlocks) -> torch.Te
     """
     batch, heads, length, dim = q.shape
     radius, rows = blocks.radius, _band_rows(batch * heads, blocks.radius)
-    delta = (grad_out.float() * out.float()).sum(-1, keepdim=True)
-    flat = (batch * heads, length, dim + 1)  # [B*H, L, Dh + 1]: one copy of each input, matmul-ready
-    q_lse, k_one = (t.reshape(flat) for t in _scores_operands(q.float() * dim**-0.5, k.float(), lse))
-    g_delta, v_one = (t.reshape(flat) for t in _scores_operands(grad_out.float(), v.float(), delta))
+    q_lse, k_one, g_delta, v_one = _dS_operands(grad_out, q, k, v, out, lse)
     tile = blocks.band_tile(rows, radius, torch.float32)[0]  # the same shift as the forward's log-sum-exp
     total = torch.zeros_like(tile)  # Σ of dS over the batch and the blocks, by tile position
     for block, keys, columns in _band_windows(length, radius, rows):
