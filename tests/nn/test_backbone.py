@@ -233,6 +233,36 @@ def test_flat_offset_bias_equals_sdpa_with_the_clamped_bias_written_out(learned,
     assert calls == ["_split_forward"] * split_taken + ["_flat_bias_grad"] * (learned and band)
 
 
+@pytest.mark.parametrize("rows", [4, 5, 6])
+def test_the_band_gradient_stays_finite_where_the_bias_dwarfs_its_value_at_offset_0(rows, monkeypatch):
+    """A bias whose values within the band are ~100 above its value at offset 0 (every layout takes that value
+    off, so exp of the bias alone overflows float32): the band gradient, with a short last block and first
+    blocks whose windows would start before key 0, still gives the gradients of SDPA with the bias written
+    out (no inf · 0 anywhere)."""
+    from poslab.nn.kernels import cpu_flash
+
+    monkeypatch.setattr(cpu_flash, "BLOCK_ELEMENTS", 2 * 2 * 43 * 7)
+    monkeypatch.setattr(cpu_flash, "BAND_ROWS", rows)
+    calls = []
+    original = cpu_flash._flat_bias_grad
+    monkeypatch.setattr(cpu_flash, "_flat_bias_grad", lambda *a: calls.append(1) or original(*a))
+    torch.manual_seed(0)
+    length, radius = 43, 7
+    q, k, v = (torch.randn(2, 2, length, 8, requires_grad=True) for _ in range(3))
+    values = torch.randn(2, 2 * radius + 1)
+    values[:, radius] -= 100.0  # offset 0 far below the rest
+    values.requires_grad_(True)
+    dense = torch.stack(
+        [
+            torch.stack([values[h, min(max(j - i, -radius), radius) + radius] for j in range(length)])
+            for h in range(2)
+            for i in range(length)
+        ]
+    ).view(1, 2, length, length)
+    assert_attends_as_sdpa(q, k, v, AttentionBias(offsets=values, causal=True), dense, (q, k, v, values))
+    assert calls == [1]
+
+
 @pytest.mark.parametrize("whole", [0, 1 << 30], ids=["blocks", "whole"])
 @pytest.mark.parametrize("kind", ["linear", "not-linear", "learned-linear"])
 def test_a_fixed_linear_bias_puts_its_far_slope_in_a_column(kind, whole, monkeypatch):

