@@ -559,14 +559,17 @@ def _flat_bias_grad(grad_out, q, k, v, out, lse, blocks: BiasBlocks) -> torch.Te
     batch, heads, length, dim = q.shape
     radius, rows = blocks.radius, _band_rows(batch * heads, blocks.radius)
     q_lse, k_one, g_delta, v_one = _dS_operands(grad_out, q, k, v, out, lse)
-    tile = blocks.band_tile(rows, radius, torch.float32)[0]  # the same shift as the forward's log-sum-exp
-    total = torch.zeros_like(tile)  # Σ of dS over the batch and the blocks, by tile position
+    tile = blocks.band_tile(rows, radius, torch.float32)  # the same shift as the forward's log-sum-exp
+    # per batch entry and head, so that each block takes four ops: the tile added inside the first
+    # product (baddbmm), exp, the second product, and dS = P ⊙ (dP − δ) summed in place (addcmul_)
+    tile = tile.expand(batch, -1, -1, -1).reshape(batch * heads, *tile.shape[-2:])
+    total = torch.zeros_like(tile)  # Σ of dS over the blocks, by tile position
     for block, keys, columns in _band_windows(length, radius, rows):
-        shape = (batch, heads, block.stop - block.start, keys.stop - keys.start)
-        probs = torch.bmm(q_lse[:, block], k_one[:, keys].transpose(1, 2)).view(shape)
-        probs = _exp(probs.add_(tile[:, : shape[2], columns]))
+        count = block.stop - block.start
+        probs = _exp(torch.baddbmm(tile[:, :count, columns], q_lse[:, block], k_one[:, keys].transpose(1, 2)))
         grads = torch.bmm(g_delta[:, block], v_one[:, keys].transpose(1, 2))
-        total[:, : shape[2], columns] += grads.view(shape).mul_(probs).sum(0)
+        total[:, :count, columns].addcmul_(grads, probs)
+    total = total.view(batch, heads, *tile.shape[-2:]).sum(0)
     # row t's band is tile columns t .. t + R − 1 (offsets −(R − 1) .. 0): a stride one longer than a row
     width = total.shape[-1]
     band = total.as_strided((heads, rows, radius), (rows * width, width + 1, 1)).sum(1)
