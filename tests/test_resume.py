@@ -10,10 +10,12 @@ import sys
 import time
 from pathlib import Path
 
+import lightning as L
 import pytest
 import torch
+from lightning.pytorch.callbacks import ModelCheckpoint
 
-from poslab.callbacks import StepTimer
+from poslab.callbacks import History, StepTimer, TrainingPosition
 from poslab.cli import main
 from poslab.config import compose
 from poslab.errors import ConfigError, RunInterrupted
@@ -209,7 +211,6 @@ def test_a_resumed_run_continues_its_wandb_run_and_saves_every_tenth_of_the_run_
 def test_the_cuda_rng_state_is_this_process_devices_only(monkeypatch):
     """Each DDP rank draws on its own device; rank 0 saves the state of its own device, and every rank restores
     it onto its own (the others in rank 0's process were never advanced). Checked with a stand-in for CUDA."""
-    from poslab.callbacks import TrainingPosition
 
     own, restored = torch.tensor([7], dtype=torch.uint8), []
 
@@ -346,3 +347,48 @@ def test_a_compare_killed_anywhere_then_rerun_ends_complete_and_unmixed(tiny, tm
     run_dirs = sorted(runs.iterdir())
     assert len(run_dirs) == 2 and all((d / "summary.json").exists() for d in run_dirs)
     assert not [p for d in run_dirs for p in (d / "checkpoints").glob("*-v*.ckpt")]  # never mixed generations
+
+
+class _BestFirst(L.LightningModule):
+    """Its monitored ``val/loss`` grows every epoch, so the best checkpoint is the first epoch's."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.layer = torch.nn.Linear(2, 1)
+
+    def training_step(self, batch, batch_idx):
+        loss = self.layer(batch[0]).pow(2).mean()
+        self.log("train/loss", loss)
+        return loss
+
+    def validation_step(self, batch, batch_idx):
+        self.log("val/loss", float(self.current_epoch))
+
+    def test_step(self, batch, batch_idx):
+        self.log("test/loss", 0.0)
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+def test_testing_the_best_checkpoint_keeps_the_runs_own_history_and_rng(tmp_path):
+    """Lightning restores callbacks' state from whatever checkpoint it reads, the best one that testing
+    reloads too: the run's curves must still reach its last epoch, and the global RNG stay where the run
+    left it (a resumed fit does restore both: the resume tests above)."""
+    data = torch.utils.data.DataLoader(  # its own generator, as poslab's evaluation loaders: none drawn from the global
+        torch.utils.data.TensorDataset(torch.randn(8, 2)), batch_size=4, generator=torch.Generator()
+    )
+    best = ModelCheckpoint(dirpath=tmp_path, monitor="val/loss", mode="min", save_top_k=1)
+    history = History()
+    trainer = L.Trainer(
+        max_epochs=4, callbacks=[best, history, TrainingPosition()], logger=False, enable_progress_bar=False,
+        enable_model_summary=False, log_every_n_steps=1, default_root_dir=tmp_path,
+    )  # fmt: skip
+    module = _BestFirst()
+    trainer.fit(module, data, data)
+    assert best.best_model_path.endswith("epoch=0-step=2.ckpt")
+    torch.manual_seed(123)
+    rng = torch.get_rng_state()
+    trainer.test(module, data, ckpt_path=best.best_model_path, verbose=False)
+    assert [step for step, _ in history.report["history"]["val/loss"]] == [2, 4, 6, 8]
+    assert torch.equal(torch.get_rng_state(), rng)

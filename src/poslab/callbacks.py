@@ -112,7 +112,28 @@ class PeriodicLast(ModelCheckpoint):
             self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))
 
 
-class TrainingPosition(L.Callback):
+class ResumedByFit:
+    """A callback whose saved state continues a run, read back only when a fit resumes.
+
+    Lightning restores every callback's state from any checkpoint it reads, the best checkpoint
+    that testing reloads too: that would turn this run's state back to that epoch's (its curves
+    cut at the best epoch). Lightning calls ``setup`` before it restores, so the stage is known."""
+
+    _fitting = True
+
+    def setup(self, trainer, pl_module, stage: str) -> None:
+        super().setup(trainer, pl_module, stage)
+        self._fitting = stage == "fit"
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        if self._fitting:
+            self.restore(state_dict)
+
+    def restore(self, state_dict: dict) -> None:
+        raise NotImplementedError
+
+
+class TrainingPosition(ResumedByFit, L.Callback):
     """What a resumed run needs beyond the model and optimiser to continue exactly like an uninterrupted one.
 
     Saved with every checkpoint: the global torch RNG states (dropout, augmentation,
@@ -135,7 +156,7 @@ class TrainingPosition(L.Callback):
             state["cuda"] = torch.cuda.get_rng_state()
         return state
 
-    def load_state_dict(self, state_dict: dict) -> None:
+    def restore(self, state_dict: dict) -> None:
         """Nothing between here and the first resumed batch draws from the global RNG (evaluation loaders
         have their own generator; the sanity check runs in eval mode), as between two steps of the run."""
         torch.set_rng_state(state_dict["cpu"])
@@ -217,7 +238,7 @@ class StepTimer(Reporter):
             self.report["metrics"]["perf/train_step_ms"] = 1000 * statistics.median(times)
 
 
-class History(Reporter):
+class History(ResumedByFit, Reporter):
     """Logged scalars against the global step, so a report can draw training curves without W&B.
 
     Under the keys they are logged with: every task logs ``train/loss`` per step
@@ -244,7 +265,7 @@ class History(Reporter):
     def state_dict(self) -> dict:
         return {"history": self.report["history"]}
 
-    def load_state_dict(self, state_dict: dict) -> None:
+    def restore(self, state_dict: dict) -> None:
         """A resumed run continues the curves of the run it resumes."""
         self.report["history"] = state_dict["history"]
 
