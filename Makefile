@@ -99,5 +99,5 @@ new-dataset: ## stub files for a new data source: NAME=sonnets MODALITY=text (an
 	$(BIN)/poslab new dataset $(NAME) --modality $(MODALITY)
 
 clean: ## remove runs, W&B files, reports and caches (keeps .venv and data/)
-	rm -rf runs wandb reports lightning_logs .pytest_cache
+	rm -rf runs wandb reports lightning_logs .pytest_cache .hypothesis .ruff_cache
 	find . -name __pycache__ -type d -not -path './$(VENV)/*' -prune -exec rm -rf {} +

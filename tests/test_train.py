@@ -220,6 +220,7 @@ def test_default_recipe_reaches_the_accuracy_target(tmp_path, data_root):
     assert summary["metrics"]["test/acc"] >= 0.96
 
 
+@pytest.mark.filterwarnings("error:Converting a tensor with requires_grad=True")  # the one line, nothing before it
 def test_a_nan_loss_stops_the_run_naming_the_step_and_keeps_earlier_checkpoints(tiny, monkeypatch, capsys):
     from poslab.cli import main
     from poslab.modalities.vision.task import ImageClassifier

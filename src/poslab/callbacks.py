@@ -78,8 +78,8 @@ class FiniteLoss(L.Callback):
             from poslab.errors import NonFiniteLoss
 
             raise NonFiniteLoss(
-                f"the training loss is {float(loss)} at step {trainer.global_step}; the run stopped there and keeps "
-                "its checkpoints from before it (try a lower optim.lr)"
+                f"the training loss is {float(loss.detach())} at step {trainer.global_step}; the run stopped there "
+                "and keeps its checkpoints from before it (try a lower optim.lr)"
             )
 
 

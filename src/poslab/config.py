@@ -233,12 +233,13 @@ FIXED_BY_CHECKPOINT = ("modality", "experiment", "task", "encoder", "model", "op
 def recompose(
     stored: dict, overrides: list[str] | tuple[str, ...] = (), fixed: tuple[str, ...] = FIXED_BY_CHECKPOINT
 ) -> DictConfig:
-    """A stored (checkpoint) config with overrides; by default of data, trainer, logger, run and seed only."""
+    """A stored (checkpoint) config with overrides; by default of data, eval, trainer, logger, run and seed only."""
     cli = Overrides.parse(overrides)
     for key in [*cli.selections, *(k for k, _ in cli.values)]:
         if key.split(".", 1)[0] in fixed:
             raise ConfigError(
-                f"'{key}' is fixed by the checkpoint; evaluation may change data.*, trainer, logger, run.* and seed"
+                f"'{key}' is fixed by the checkpoint; evaluation may change data.*, eval.*, trainer, logger, run.* "
+                "and seed"
             )
     cfg = OmegaConf.create(stored)
     cfg = OmegaConf.merge(cfg, *({g: load_node(g, c)} for g, c in cli.selections.items() if c))

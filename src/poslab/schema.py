@@ -150,7 +150,8 @@ class EvalConfig:
 class ModelConfig:
     """The key every model shares; a modality's model schema extends it with its architecture."""
 
-    compile: bool = False  # torch.compile the backbone: pays a compile up front (see README, "Speed")
+    #: torch.compile the backbone: pays a compile up front (README, "Several processes, GPUs and `model.compile`")
+    compile: bool = False
 
 
 def encoder_schema(name: str) -> type:

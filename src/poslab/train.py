@@ -150,7 +150,7 @@ def evaluate(ckpt: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> d
     """Re-test a checkpoint, optionally at another ``data.image_size`` / ``data.coords``.
 
     The model is rebuilt from the checkpoint's own config (loaded with
-    ``weights_only=True``); only data, trainer, logger and run keys may change.
+    ``weights_only=True``); only data, eval, trainer, logger and run keys (and the seed) may change.
     Results go to ``<train run>/eval/<name>/summary.json``.
     """
     from poslab.data import build_datamodule

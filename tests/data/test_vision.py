@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -122,6 +124,33 @@ def test_missing_torchvision_files_without_download_are_a_clear_error(tmp_path):
     dm = VisionDataModule(compose(["data=mnist", f"data.root={tmp_path}", "data.download=false"]).data)
     with pytest.raises(DataError, match="MNIST not found under .*data.download=true"):
         dm.prepare_data()
+
+
+def test_a_failed_download_is_one_line_with_the_cause_and_leaves_nothing(tmp_path, monkeypatch):
+    """torchvision says which file failed, then each mirror tried and its error, on separate lines: the
+    error keeps all of it on one line (not the file name alone), and the root holds nothing half-written."""
+    import torchvision
+
+    class MNIST:  # offline: every download fails as torchvision reports it
+        def __init__(self, root, train=True, download=False):
+            if download:  # what a download starts with
+                (Path(root) / "MNIST" / "raw").mkdir(parents=True, exist_ok=True)
+            raise RuntimeError(
+                "Error downloading train-images-idx3-ubyte.gz:\nTried https://mirror.example/mnist/, got:\n"
+                "<urlopen error [Errno -3] Temporary failure in name resolution>\n"
+                if download
+                else "Dataset not found."
+            )
+
+    monkeypatch.setattr(torchvision.datasets, "MNIST", MNIST)
+    dm = VisionDataModule(compose(["data=mnist", f"data.root={tmp_path}", "data.download=true"]).data)
+    with pytest.raises(DataError) as caught:
+        dm.prepare_data()
+    assert str(caught.value) == (
+        "downloading MNIST failed: Error downloading train-images-idx3-ubyte.gz: Tried https://mirror.example/mnist/, "
+        "got: <urlopen error [Errno -3] Temporary failure in name resolution>"
+    )
+    assert not any(tmp_path.iterdir())
 
 
 @pytest.mark.network

@@ -124,7 +124,9 @@ def _download_atomically(cls, root: Path) -> None:
             cls(tmp, train=True, download=True)
             cls(tmp, train=False, download=True)
         except Exception as exc:
-            raise DataError(f"downloading {cls.__name__} failed: {str(exc).splitlines()[0]}") from None
+            # torchvision's message spans lines (the file, then each mirror tried and its error): one line here
+            said = " ".join(line.strip() for line in str(exc).splitlines() if line.strip()) or type(exc).__name__
+            raise DataError(f"downloading {cls.__name__} failed: {said}") from None
         staged = Path(tmp) / cls.__name__
         if not staged.exists():  # CIFAR-10 extracts to its own folder name
             staged = next(p for p in Path(tmp).iterdir() if p.is_dir())
