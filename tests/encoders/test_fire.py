@@ -52,3 +52,32 @@ def test_fire_learns_c_the_threshold_and_the_mlp():
     assert enc.c.grad is not None and enc.mlp[0].weight.grad.abs().sum() > 0
     names = {n for n, p in enc.named_parameters() if p.requires_grad}
     assert {"c", "threshold_scale", "mlp.0.weight", "mlp.2.weight"} <= names
+
+
+@pytest.mark.parametrize("batched", [False, True])
+def test_the_bias_in_chunks_of_rows_equals_it_whole_with_the_same_gradients(batched, monkeypatch):
+    """Past ``CHUNK_ELEMENTS`` the bias is made a few query rows at a time (each chunk's MLP recomputed in the
+    backward, not kept): values and every parameter's gradient equal the bias made whole, with and without
+    gradients, batched positions too, and it still traces as one graph (``torch.compile``)."""
+    from poslab.encoders import fire
+
+    torch.manual_seed(0)
+    enc = build_encoder("fire", dim=8, num_heads=2, mlp_width=4, threshold=6.0)
+    steps = torch.arange(13.0)
+    q_pos = k_pos = steps[None].expand(2, -1) if batched else steps
+    weights = torch.randn((2, 2, 13, 13) if batched else (2, 13, 13))
+    results = []
+    for chunk in (10**9, 3 * 13 * 4):  # whole; 3 rows a chunk (and a short last one)
+        monkeypatch.setattr(fire, "CHUNK_ELEMENTS", chunk)
+        enc.zero_grad()
+        bias = enc.attention_bias(q_pos, k_pos)
+        (bias * weights).sum().backward()
+        with torch.no_grad():
+            torch.testing.assert_close(enc.attention_bias(q_pos, k_pos), bias, rtol=1e-6, atol=1e-7)
+        results.append((bias.detach(), [p.grad.clone() for p in enc.parameters()]))
+    (whole, whole_grads), (chunked, chunked_grads) = results
+    torch.testing.assert_close(chunked, whole, rtol=1e-6, atol=1e-7)  # the matmuls' batch shapes differ
+    for got, want in zip(chunked_grads, whole_grads, strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+    compiled = torch.compile(enc.attention_bias, fullgraph=True, backend="eager")
+    torch.testing.assert_close(compiled(q_pos, k_pos), whole, rtol=1e-6, atol=1e-7)
