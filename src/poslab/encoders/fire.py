@@ -33,7 +33,7 @@ from poslab.encoders.registry import register_encoder
 #: Elements of the MLP's hidden layer (query rows x keys x ``mlp_width``) per chunk of query rows: one chunk's
 #: exists at a time, and the backward recomputes it (``torch.utils.checkpoint``) rather than keeping every
 #: chunk's. One training step of the ``make bench`` model (2 CPU cores): at L = 2048, 2.28x ``none``'s time
-#: against 3.07x with the bias made whole (2^20: 2.57x, 2^19: 2.83x), and peak memory 1.29x against 4.62x;
+#: against 3.07x with the bias made whole (2^20: 2.57x, 2^19: 2.83x), and peak memory 1.30x against 4.62x;
 #: at L = 1024, 1.84x against 2.21x (2^22: 1.94x).
 CHUNK_ELEMENTS = 1 << 21
 
