@@ -92,7 +92,7 @@ LINEAR_BAND = 64
 LINEAR_TOLERANCE = 1e-6
 #: Unless the process flushes denormals (:mod:`poslab.denormals`, as the ``poslab`` command does),
 #: probabilities below e^UNDERFLOW ≈ 1e−30 are taken as 0 in the backward. Left alone, float32 turns
-#: them (and their products) into denormals, which the CPU computes ~10x slower: ALiBi's far keys made
+#: them (and their products) into denormals, which the CPU computes far slower: ALiBi's far keys made
 #: the whole training step 4.9x ``none`` at L = 1024 (1.6x with this cut). The change to any gradient
 #: is below 1e−30 per key.
 UNDERFLOW = -69.0
