@@ -364,8 +364,7 @@ class _BestFirst(L.LightningModule):
     def validation_step(self, batch, batch_idx):
         self.log("val/loss", float(self.current_epoch))
 
-    def test_step(self, batch, batch_idx):
-        self.log("test/loss", 0.0)
+    test_step = validation_step  # Lightning's hook, not a test: testing only has to reload the best checkpoint
 
     def configure_optimizers(self):
         return torch.optim.SGD(self.parameters(), lr=0.1)

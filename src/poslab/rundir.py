@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import secrets
@@ -171,8 +172,6 @@ DIGEST_SUFFIX = ".sha256"
 
 
 def file_sha256(path: Path) -> str:
-    import hashlib
-
     digest = hashlib.sha256()
     with open(path, "rb") as fh:
         for chunk in iter(lambda: fh.read(1 << 20), b""):
@@ -194,8 +193,6 @@ def save_with_digest(path: str | Path, data: bytes) -> str:
     returns the digest. The new digest goes down first, as pending, then the checkpoint is replaced, then
     the digest file: a kill at any point leaves a checkpoint that matches a digest on disk (the recorded one
     or the pending one), and any other change still reads as corruption (:func:`verify_digest`)."""
-    import hashlib
-
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     digest = hashlib.sha256(data).hexdigest()
