@@ -296,7 +296,7 @@ def test_a_broken_or_incomplete_summary_is_skipped_with_a_line_naming_it(tmp_pat
     (runs / "text" / "old" / "summary.json").write_text(json.dumps({"kind": "train", "encoder": "rope"}))
     lines: list[str] = []
     found = find_summaries([runs], warn=lines.append)
-    assert [s["_path"] for s in found] == [str(good / "summary.json")]
+    assert [s.path for s in found] == [str(good / "summary.json")]
     assert sorted(lines) == [
         f"poslab: skipping {runs / 'text' / 'old' / 'summary.json'}: no modality, seed, config, metrics",
         f"poslab: skipping {runs / 'text' / 'truncated' / 'summary.json'}: unreadable (JSONDecodeError)",

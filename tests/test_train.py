@@ -11,7 +11,7 @@ import torch
 from poslab.config import compose
 from poslab.encoders import available_encoders
 from poslab.errors import PoslabError
-from poslab.rundir import SUMMARY_KEYS
+from poslab.summary import SUMMARY_KEYS
 from poslab.train import evaluate, train
 from tests.conftest import TINY
 

@@ -1,66 +1,33 @@
-"""Lightning callbacks that measure, draw and report.
+"""Lightning callbacks that measure, draw and report during training.
 
 A :class:`Reporter` fills ``self.report`` (``metrics``, ``tables``,
 ``figures``); :func:`poslab.train.train` merges every reporter's report into
-``summary.json``. Adding an end-of-run evaluation is adding a reporter.
+``summary.json``. End-of-run evaluations are :mod:`poslab.evaluation.probes`.
 """
 
 from __future__ import annotations
 
-import contextlib
 import statistics
 import time
 from collections import deque
-from pathlib import Path
 from typing import Any
 
 import lightning as L
 import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
-from lightning.pytorch.plugins.precision import MixedPrecision
-from matplotlib.figure import Figure
 
 from poslab import plots
 from poslab.data.resumable import ResumableLoader
+from poslab.evaluation.probes import RunReport
 from poslab.evaluation.similarity import position_similarity
-from poslab.loggers import log_figure, log_table
 
 
-class Reporter(L.Callback):
-    """A callback whose results go into ``summary.json``; end-of-test reporters override :meth:`after_test`."""
+class Reporter(RunReport, L.Callback):
+    """A callback whose results go into ``summary.json`` (a training-time measurement or figure; end-of-run
+    evaluations are :class:`poslab.evaluation.probes.Evaluation`)."""
 
     def __init__(self) -> None:
-        self.report: dict[str, dict[str, Any]] = {"metrics": {}, "tables": {}, "figures": {}}
-
-    def on_test_end(self, trainer, pl_module) -> None:
-        # Once, by DDP rank 0, on the whole data (no collective: the extras call the model directly).
-        # They evaluate at many lengths, sizes and encoder variants: compiling each shape would cost
-        # more than it saves (and hit dynamo's recompile limit), so a compiled backbone runs eagerly.
-        if not trainer.is_global_zero:
-            return
-        # under the run's autocast, as the test steps ran (bf16-mixed), so that their figures compare; a
-        # *-true precision's context would change the default dtype for everything the extras create
-        plugin = trainer.precision_plugin
-        autocast = plugin.forward_context() if isinstance(plugin, MixedPrecision) else contextlib.nullcontext()
-        with torch.compiler.set_stance("force_eager"), autocast:
-            self.after_test(trainer, pl_module)
-
-    def after_test(self, trainer, pl_module) -> None:
-        """Evaluate after testing and fill ``self.report``; default: nothing."""
-
-    def add_figure(self, trainer: L.Trainer, key: str, fig: Figure) -> None:
-        """PNG under ``<run>/figures/``, logged under ``key``, recorded relative to the run."""
-        if trainer.is_global_zero:
-            run_dir = Path(trainer.default_root_dir)
-            path = run_dir / "figures" / f"{key.replace('/', '_')}.png"
-            log_figure(trainer.logger, key, fig, path)
-            self.report["figures"][key] = str(path.relative_to(run_dir))
-        plots.close(fig)
-
-    def add_table(self, trainer: L.Trainer, key: str, columns: list[str], rows: list[list[Any]]) -> None:
-        if trainer.is_global_zero:
-            log_table(trainer.logger, key, columns, rows)
-        self.report["tables"][key] = {"columns": columns, "rows": rows}
+        RunReport.__init__(self)
 
 
 class FiniteLoss(L.Callback):
@@ -277,18 +244,3 @@ class History(ResumedByFit, Reporter):
         if not trainer.sanity_checking:  # the latest training loss too, so short runs get a curve
             self._record(trainer, "val/")
             self._record(trainer, "train/")
-
-
-class PerClassAccuracy(Reporter):
-    """After testing: accuracy per class as a W&B table and a bar chart."""
-
-    def after_test(self, trainer, pl_module) -> None:
-        values = pl_module.per_class_accuracy
-        if values is None:
-            return
-        names = list(trainer.datamodule.class_names)
-        self.add_table(
-            trainer, "test/acc_per_class", ["class", "acc"], [[n, float(v)] for n, v in zip(names, values, strict=True)]
-        )
-        fig = plots.per_class_figure(names, values, f"test accuracy per class ({pl_module.encoder.name})")
-        self.add_figure(trainer, "test/acc_per_class", fig)

@@ -122,6 +122,11 @@ def build_logger(cfg: Any, run_dir: Path, run_name: str, job_type: str = "train"
         return _start_wandb(cfg, run_dir, run_name, job_type, wandb_id, "offline")
 
 
+#: W&B's settings for a quiet console: no banner, offline hints or history footer (``quiet``; the info lines
+#: of ``wandb.setup``), while its warnings and errors still print.
+QUIET_SETTINGS = {"quiet": True, "show_info": False}
+
+
 def _start_wandb(cfg: Any, run_dir: Path, run_name: str, job_type: str, wandb_id: str | None, mode: str):
     """A started ``WandbLogger`` (``wandb.init`` bounded by :data:`INIT_TIMEOUT_S`)."""
     import wandb
@@ -130,6 +135,9 @@ def _start_wandb(cfg: Any, run_dir: Path, run_name: str, job_type: str, wandb_id
     tags = [cfg.modality, cfg.task.name, cfg.encoder.name, *cfg.logger.tags]
     if cfg.experiment:
         tags.append(f"experiment:{cfg.experiment}")
+    wandb.setup(
+        wandb.Settings(**QUIET_SETTINGS)
+    )  # W&B's own console: its warnings and errors only (the run prints its sync line itself)
     logger = WandbLogger(
         name=run_name,
         save_dir=str(run_dir),
@@ -142,9 +150,12 @@ def _start_wandb(cfg: Any, run_dir: Path, run_name: str, job_type: str, wandb_id
         log_model=cfg.logger.log_model and mode == "online",
         mode=mode,
         config=flat_columns(cfg),
-        settings=wandb.Settings(init_timeout=INIT_TIMEOUT_S),
+        settings=wandb.Settings(init_timeout=INIT_TIMEOUT_S, **QUIET_SETTINGS),
         **({"id": wandb_id, "resume": "allow"} if wandb_id else {}),
     )
+    # Lightning always passes W&B's deprecated ``anonymous`` argument (None by default), which makes W&B warn
+    # that it has no effect on every run.
+    logger._wandb_init.pop("anonymous", None)
     logger.poslab_mode = mode  # what it runs as (an online run that fell back is offline)
     try:
         logger.experiment  # start the run now (Lightning also sets trainer/global_step as x-axis)  # noqa: B018
@@ -181,6 +192,68 @@ def wandb_info(logger: Any, mode: str) -> dict[str, Any]:
         "path": "/".join(path) if isinstance(path, list) else path,
         "sync_command": sync,
     }
+
+
+#: Lightning's x-axis for every metric it logs to W&B.
+GLOBAL_STEP = "trainer/global_step"
+
+
+def _wandb_run(logger: Any):
+    """The logger's W&B run, or None (another logger, or a DDP rank other than 0: its run is a stand-in)."""
+    from lightning.pytorch.loggers.logger import DummyExperiment
+
+    if not is_wandb(logger):
+        return None
+    run = logger.experiment
+    return None if isinstance(run, DummyExperiment) else run
+
+
+def define_summaries(logger: Any, monitor: str, mode: str) -> None:
+    """W&B's run summary of the checkpoint's metric holds its best value beside its last (``{mode, last}``:
+    the runs table can show either), ``val/loss`` its minimum; test metrics, measured once at the end,
+    stay out of W&B's automatic line panels (one point against the step says nothing: they are columns)."""
+    run = _wandb_run(logger)
+    if run is None:
+        return
+    run.define_metric(monitor, step_metric=GLOBAL_STEP, summary=f"{mode},last")
+    if monitor != "val/loss":
+        run.define_metric("val/loss", step_metric=GLOBAL_STEP, summary="min,last")
+    run.define_metric("test/*", step_metric=GLOBAL_STEP, hidden=True)
+
+
+def hide_from_panels(logger: Any, keys) -> None:
+    """End-of-run values are runs-table columns (and the compare's bar charts), not line panels."""
+    run = _wandb_run(logger)
+    for key in keys if run is not None else ():
+        run.define_metric(key, step_metric=GLOBAL_STEP, hidden=True)
+
+
+def log_final(trainer: Any, metrics: dict[str, float], columns: bool = True) -> None:
+    """Values known only at the end of a run (a median step time, the best checkpoint's score, a parameter
+    count), logged through every logger of ``trainer`` at its last step, so each holds what ``summary.json``
+    holds; ``columns``: kept out of W&B's line panels (:func:`hide_from_panels`)."""
+    if not metrics:
+        return
+    for logger in trainer.loggers:
+        if columns:
+            hide_from_panels(logger, metrics)
+        logger.log_metrics(dict(metrics), step=trainer.global_step)
+
+
+def log_curve(trainer: Any, axis: str, points: dict[float, dict[str, float]]) -> None:
+    """A measured curve against its own axis (``points``: x -> {key: y}): W&B plots each key against
+    ``axis`` (its step metric), TensorBoard and CSV against their step, which is x."""
+    for logger in trainer.loggers:
+        run = _wandb_run(logger)
+        if run is not None:
+            run.define_metric(axis, hidden=True)
+            for key in {k for values in points.values() for k in values}:
+                run.define_metric(key, step_metric=axis, summary="none")  # the scalars per x are the columns
+            for x, values in sorted(points.items()):
+                run.log({axis: x, **values})
+        elif not is_wandb(logger):
+            for x, values in sorted(points.items()):
+                logger.log_metrics(dict(values), step=int(x))
 
 
 def log_figure(logger: Any, key: str, fig: Figure, path: Path) -> Path:

@@ -8,13 +8,15 @@ and draws the curves the runs measured (:mod:`poslab.report_figures`).
 
 from __future__ import annotations
 
-import json
 import statistics
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from poslab.summary import RunSummary
 
 
 @dataclass(frozen=True)
@@ -75,14 +77,12 @@ class Group:
         return statistics.fmean(values) if values else None
 
 
-#: What a report reads from a summary (a file without them is skipped with a warning).
-REQUIRED_KEYS = ("kind", "modality", "encoder", "seed", "config", "metrics")
-
-
-def find_summaries(paths: Iterable[str | Path], warn=None) -> list[dict]:
+def find_summaries(paths: Iterable[str | Path], warn=None) -> list[RunSummary]:
     """Every training ``summary.json`` under ``paths`` (evaluation runs are left out). One that cannot be
     read, or lacks a key a report needs, is skipped with one line to ``warn`` (stderr by default)."""
     import sys
+
+    from poslab.summary import read_summary
 
     warn = warn or (lambda line: print(line, file=sys.stderr))
     found = []
@@ -91,16 +91,11 @@ def find_summaries(paths: Iterable[str | Path], warn=None) -> list[dict]:
         files = [root] if root.is_file() else sorted(root.rglob("summary.json"))
         for path in files:
             try:
-                summary = json.loads(path.read_text())
-            except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-                warn(f"poslab: skipping {path}: unreadable ({type(exc).__name__})")
+                summary = read_summary(path)
+            except (OSError, ValueError, TypeError) as exc:
+                warn(f"poslab: skipping {path}: {exc if isinstance(exc, ValueError) else type(exc).__name__}")
                 continue
-            missing = [k for k in REQUIRED_KEYS if not isinstance(summary, dict) or k not in summary]
-            if missing:
-                warn(f"poslab: skipping {path}: no {', '.join(missing)}")
-                continue
-            if summary.get("kind") == "train":
-                summary["_path"] = str(path)
+            if summary.kind == "train":
                 found.append(summary)
     return found
 

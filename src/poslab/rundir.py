@@ -16,28 +16,6 @@ from typing import Any
 
 from poslab.errors import ConfigError, DataError
 
-#: Keys every ``summary.json`` has (documented in the README).
-SUMMARY_KEYS = (
-    "kind",
-    "run_name",
-    "run_dir",
-    "modality",
-    "task",
-    "encoder",
-    "seed",
-    "config",
-    "metrics",
-    "tables",
-    "figures",
-    "history",
-    "checkpoints",
-    "checkpoint_sha256",
-    "num_params",
-    "wall_time_s",
-    "wandb",
-    "versions",
-    "created",
-)
 #: DDP children re-run the command; they find the run name here.
 RUN_NAME_ENV = "POSLAB_RUN_NAME"
 
@@ -150,13 +128,6 @@ def write_json_atomic(path: Path, payload: dict[str, Any]) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     _write_atomic(path, (json.dumps(payload, indent=2, sort_keys=False, default=_jsonable) + "\n").encode())
     return path
-
-
-def write_summary(run_dir: Path, summary: dict[str, Any]) -> Path:
-    missing = [k for k in SUMMARY_KEYS if k not in summary]
-    if missing:
-        raise ValueError(f"summary lacks {missing}")
-    return write_json_atomic(run_dir / "summary.json", summary)
 
 
 def _jsonable(value: Any) -> Any:

@@ -26,6 +26,7 @@ from omegaconf import DictConfig
 from poslab import __version__
 from poslab.config import recompose, to_dict
 from poslab.errors import ConfigError, NonFiniteLoss, PoslabError, RunInterrupted, first_line
+from poslab.loggers import define_summaries, log_final
 from poslab.resume import LAST_CHECKPOINT, read_record, write_record
 from poslab.rundir import (
     RUN_NAME_ENV,
@@ -35,8 +36,8 @@ from poslab.rundir import (
     run_lock,
     run_name,
     verify_digest,
-    write_summary,
 )
+from poslab.summary import RunSummary
 
 warnings.filterwarnings("ignore", ".*does not have many workers.*")  # in-memory data: workers only cost
 warnings.filterwarnings("ignore", ".*LeafSpec.*deprecated.*")
@@ -115,10 +116,10 @@ def _fit_and_test(cfg, datamodule, task, run_dir: Path, name: str, logger: Any, 
     )
     periodic = PeriodicLast(run_dir / "checkpoints", cfg.run.checkpoint_every_n_steps)
     callbacks = [FiniteLoss(), checkpoint, periodic, TrainingPosition(), StepTimer(), History(), EncoderFigure()]
-    callbacks += task.report_callbacks(cfg)
     if logger is not None:
         callbacks.append(LearningRateMonitor(logging_interval="step"))
     trainer = build_trainer(cfg, run_dir, logger, callbacks)
+    define_summaries(logger, monitor, mode)
     last = run_dir / LAST_CHECKPOINT
     if cfg.resume:
         verify_digest(last)
@@ -134,16 +135,19 @@ def _fit_and_test(cfg, datamodule, task, run_dir: Path, name: str, logger: Any, 
             signal.SIGTERM,
         )
     fit_metrics = scalar_metrics(trainer.callback_metrics)
+    # Lightning logs step metrics every trainer.log_every_n_steps: the last step's values, as summary.json has them
+    log_final(trainer, {k: v for k, v in fit_metrics.items() if k.startswith("train/")}, columns=False)
     best = checkpoint.best_model_path or None
     test_metrics = trainer.test(task, datamodule=datamodule, ckpt_path=best, verbose=False, weights_only=True)
     metrics = {**fit_metrics, **(test_metrics[0] if test_metrics else {})}
+    logged = set(metrics)  # through Lightning's loops
     if checkpoint.best_model_score is not None:
         metrics[f"{monitor}_best"] = float(checkpoint.best_model_score)
     checkpoints = {
         "best": _relative(best, run_dir),
         "last": _relative(periodic.last_model_path or None, run_dir),
     }
-    return finish_run("train", cfg, run_dir, name, trainer, task, metrics, checkpoints, start)
+    return finish_run("train", cfg, run_dir, name, trainer, task, metrics, logged, checkpoints, start)
 
 
 def evaluate(ckpt: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> dict[str, Any]:
@@ -186,9 +190,11 @@ def evaluate(ckpt: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> d
     with logged_run(cfg, run_dir, f"{train_dir.name}-eval-{name}", "eval") as logger:
         from poslab.callbacks import EncoderFigure
 
-        trainer = build_trainer(cfg, run_dir, logger, [EncoderFigure(), *task.report_callbacks(cfg)])
+        trainer = build_trainer(cfg, run_dir, logger, [EncoderFigure()])
+        define_summaries(logger, *task.monitor)
         metrics = trainer.test(task, datamodule=datamodule, verbose=False)[0]
-        return finish_run("eval", cfg, run_dir, name, trainer, task, metrics, {"source": str(path)}, start)
+        source = {"source": str(path)}
+        return finish_run("eval", cfg, run_dir, name, trainer, task, metrics, set(metrics), source, start)
 
 
 @contextmanager
@@ -213,13 +219,23 @@ def logged_run(
         finish_logger(logger)
 
 
-def finish_run(kind, cfg, run_dir, name, trainer, task, metrics, checkpoints, start) -> dict[str, Any]:
-    """Build ``summary.json`` and write it (rank 0 only), last and atomically."""
+def finish_run(kind, cfg, run_dir, name, trainer, task, metrics, logged, checkpoints, start) -> RunSummary:
+    """The run's end-of-run evaluations (Lightning test passes), then ``summary.json``, written (rank 0
+    only) last and atomically. Every number it holds is logged under the same key: ``logged`` are those
+    Lightning's loops logged; the rest (the best checkpoint's score, what callbacks measured, the
+    parameter count, the wall time) is logged here."""
+    from poslab.evaluation.probes import run_evaluations
+
+    evaluations = task.evaluations(cfg)
+    evaluated = run_evaluations(trainer, task, evaluations, metrics)
     summary = build_summary(
-        kind, cfg, run_dir, name, trainer, task, trainer.logger, metrics, checkpoints, time.perf_counter() - start
-    )
+        kind, cfg, run_dir, name, trainer, task, [*trainer.callbacks, *evaluations], {**metrics, **evaluated},
+        checkpoints, start,
+    )  # fmt: skip
+    logged = {*logged, *evaluated}
+    log_final(trainer, {k: v for k, v in summary.logged_scalars().items() if k not in logged})
     if trainer.is_global_zero:
-        write_summary(run_dir, summary)
+        summary.write(run_dir)
     return summary
 
 
@@ -293,39 +309,39 @@ def scalar_metrics(metrics: dict[str, Any]) -> dict[str, float]:
     return {k: float(v) for k, v in metrics.items() if getattr(v, "numel", lambda: 1)() == 1}
 
 
-def build_summary(kind, cfg, run_dir, name, trainer, task, logger, metrics, checkpoints, wall_time_s):
-    """The ``summary.json`` payload (keys: :data:`poslab.rundir.SUMMARY_KEYS`)."""
+def build_summary(kind, cfg, run_dir, name, trainer, task, reporters, metrics, checkpoints, start) -> RunSummary:
+    """The run's :class:`~poslab.summary.RunSummary`: ``metrics`` plus what every reporter added."""
     import lightning as L
 
     from poslab.loggers import resolve_wandb_mode, wandb_info
 
     merged: dict[str, dict[str, Any]] = {"metrics": dict(metrics), "tables": {}, "figures": {}, "history": {}}
-    for callback in trainer.callbacks:
-        for section, values in getattr(callback, "report", {}).items():
+    for reporter in reporters:
+        for section, values in getattr(reporter, "report", {}).items():
             merged[section].update(values)
-    return {
-        "kind": kind,
-        "run_name": name,
-        "run_dir": str(run_dir),
-        "modality": cfg.modality,
-        "task": cfg.task.name,
-        "encoder": cfg.encoder.name,
-        "seed": cfg.seed,
-        "config": to_dict(cfg),
-        "metrics": dict(sorted(merged["metrics"].items())),
-        "tables": merged["tables"],
-        "figures": merged["figures"],
-        "history": merged["history"],
-        "checkpoints": checkpoints,
-        "checkpoint_sha256": {
+    return RunSummary(
+        kind=kind,
+        run_name=name,
+        run_dir=str(run_dir),
+        modality=cfg.modality,
+        task=cfg.task.name,
+        encoder=cfg.encoder.name,
+        seed=cfg.seed,
+        config=to_dict(cfg),
+        metrics=dict(sorted(merged["metrics"].items())),
+        tables=merged["tables"],
+        figures=merged["figures"],
+        history=merged["history"],
+        checkpoints=checkpoints,
+        checkpoint_sha256={
             k: recorded_digest(Path(run_dir) / v) for k, v in checkpoints.items() if k != "source" and v
         },
-        "num_params": sum(p.numel() for p in task.parameters()),
-        "wall_time_s": round(wall_time_s, 2),
-        "wandb": wandb_info(logger, resolve_wandb_mode(cfg.logger.mode)),
-        "versions": {"poslab": __version__, "torch": torch.__version__, "lightning": L.__version__},
-        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-    }
+        num_params=sum(p.numel() for p in task.parameters()),
+        wall_time_s=round(time.perf_counter() - start, 2),
+        wandb=wandb_info(trainer.logger, resolve_wandb_mode(cfg.logger.mode)),
+        versions={"poslab": __version__, "torch": torch.__version__, "lightning": L.__version__},
+        created=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    )
 
 
 def _relative(path: str | None, run_dir: Path) -> str | None:

@@ -1,11 +1,11 @@
-"""Length-generalisation bookkeeping, with the model replaced by a probe."""
+"""Length generalisation: which passes the study runs, and generation-style scoring."""
 
 from __future__ import annotations
 
 import torch
 
 from poslab.encoders import build_encoder
-from poslab.modalities.text.lengen import as_generated, evaluate_lengths, prefix_ends
+from poslab.modalities.text.lengen import LengthPass, as_generated, length_passes, prefix_ends
 from poslab.nn import Transformer
 from poslab.positions import Positions
 
@@ -14,55 +14,31 @@ def backbone(name: str, **options) -> Transformer:
     return Transformer(build_encoder(name, dim=16, num_heads=2, **options), dim=16, depth=1, num_heads=2, causal=True)
 
 
-def probe(model: Transformer):
-    """A measure that runs the backbone at the length and reports which encoder ran, and how."""
-
-    def measure(multiple: int, generated: bool) -> dict[str, float]:
-        length = 8 * multiple
-        model(torch.randn(1, length, 16), torch.arange(length))
-        enc = model.encoder
-        factor = getattr(getattr(enc, "scaling", None), "factor", 0.0)
-        return {"loss": float(multiple), "factor": factor, "generated": float(generated)}
-
-    return measure
+def plan(name: str, multiples, extensions, **options) -> dict[tuple[str, int], LengthPass]:
+    encoder = build_encoder(name, dim=16, num_heads=2, **options)
+    return {(p.variant, p.multiple): p for p in length_passes(encoder, multiples, extensions)}
 
 
-def test_rope_gets_one_curve_per_extension_with_factor_equal_to_the_multiple():
-    model = backbone("rope", max_len=8)
-    trained = model.encoder
-    result = evaluate_lengths(model, probe(model), 8, [1, 2, 4], ["linear", "yarn"])
-    metrics = result.metrics()
-    assert metrics["lengen/loss@1x"] == 1.0 and metrics["lengen/loss@4x"] == 4.0
-    assert metrics["lengen/factor@2x/yarn"] == 2.0 and metrics["lengen/factor@4x/linear"] == 4.0
-    assert metrics["lengen/factor@1x/yarn"] == 1.0  # 1x is the trained model itself
-    assert model.encoder is trained  # restored after every extension
-    assert result.series("loss")["yarn"] == [1.0, 2.0, 4.0]
+def test_rope_gets_one_pass_per_extension_with_factor_equal_to_the_multiple():
+    passes = plan("rope", [1, 2, 4], ["linear", "yarn"], max_len=8)
+    assert passes[("base", 4)].factor is None  # the trained encoder
+    assert passes[("yarn", 2)].factor == 2.0 and passes[("linear", 4)].factor == 4.0
+    assert ("yarn", 1) not in passes  # 1x is the trained model itself: the base pass's row
+    assert not any(p.generated for p in passes.values())
 
 
-def test_encoders_without_extensions_get_only_the_base_curve():
-    model = backbone("alibi")
-    metrics = evaluate_lengths(model, probe(model), 8, [1, 2], ["linear", "yarn"]).metrics()
-    assert {k.split("@")[0] for k in metrics} == {"lengen/loss", "lengen/factor", "lengen/generated"}
-    assert all("/" not in k.split("@")[1] for k in metrics)  # no extension curves
-
-
-def test_a_learned_table_records_why_it_cannot_run():
-    model = backbone("learned", max_len=8)
-    result = evaluate_lengths(model, probe(model), 8, [1, 2, 4], [])
-    assert set(result.metrics()) == {"lengen/loss@1x", "lengen/factor@1x", "lengen/generated@1x"}
-    notes = [row["note"] for row in result.rows]
-    assert notes[0] is None and "past encoder.max_len=8" in notes[1]
-    assert result.series("loss")["base"] == [1.0, None, None]
+def test_encoders_without_extensions_get_only_the_base_passes():
+    passes = plan("alibi", [1, 2], ["linear", "yarn"])
+    assert list(passes) == [("base", 1), ("base", 2)]
 
 
 def test_dynamic_ntk_keeps_factor_1_and_is_scored_as_in_generation():
     """Its scale follows the length it processes: passing the multiple as factor too would scale twice
     (an NTK ratio of 3, 13, 57 at 2x, 4x, 8x); and a whole window at once would make it NTK at factor m."""
-    model = backbone("rope", max_len=8)
-    metrics = evaluate_lengths(model, probe(model), 8, [1, 2, 8], ["ntk", "dynamic"]).metrics()
-    assert metrics["lengen/factor@8x/dynamic"] == 1.0 and metrics["lengen/generated@8x/dynamic"] == 1.0
-    assert metrics["lengen/factor@8x/ntk"] == 8.0 and metrics["lengen/generated@8x/ntk"] == 0.0
-    assert metrics["lengen/generated@8x"] == 0.0
+    passes = plan("rope", [1, 2, 8], ["ntk", "dynamic"], max_len=8)
+    assert passes[("dynamic", 8)].factor == 1.0 and passes[("dynamic", 8)].generated
+    assert passes[("ntk", 8)].factor == 8.0 and not passes[("ntk", 8)].generated
+    assert not passes[("base", 8)].generated
 
 
 def test_prefixes_grow_by_an_eighth_from_the_training_context():

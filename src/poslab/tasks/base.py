@@ -49,8 +49,9 @@ class PositionTask(L.LightningModule):
         if self.cfg["model"].get("compile"):
             self.backbone.compile()
 
-    def report_callbacks(self, cfg) -> list:
-        """End-of-test reporters; ``cfg`` is this run's config (evaluation may differ from training)."""
+    def evaluations(self, cfg) -> list:
+        """End-of-run evaluations (:class:`poslab.evaluation.probes.Evaluation`), run after testing as
+        Lightning test passes; ``cfg`` is this run's config (an evaluation of a checkpoint may differ)."""
         return []
 
     def configure_optimizers(self):

@@ -12,6 +12,8 @@ import torch
 import torch.nn.functional as F
 from torchmetrics.classification import MulticlassAccuracy
 
+from poslab import plots
+from poslab.evaluation.probes import Evaluation
 from poslab.tasks.base import PositionTask
 
 
@@ -71,20 +73,27 @@ class Classifier(PositionTask):
         self.per_class_accuracy = self.test_class_acc.compute().tolist()
         self.test_class_acc.reset()
 
-    @torch.no_grad()
-    def accuracy_on(self, batches) -> float:
-        """Plain accuracy over an iterable of batches, in evaluation mode."""
-        was_training = self.training
-        self.eval()
-        right = total = 0
-        for batch in batches:
-            logits = self(batch[self.input_key].to(self.device), batch["pos"].to(self.device))
-            right += (logits.argmax(-1).cpu() == batch["label"]).sum().item()
-            total += batch["label"].numel()
-        self.train(was_training)
-        return right / total
+    def answer_hits(self, batch) -> dict[str, torch.Tensor]:
+        """A probe's measure (:class:`poslab.evaluation.probes.Probe`): 1 per image classified right, else 0."""
+        logits = self(batch[self.input_key], batch["pos"])
+        return {"acc": (logits.argmax(-1) == batch["label"]).float()}
 
-    def report_callbacks(self, cfg) -> list:
-        from poslab.callbacks import PerClassAccuracy
-
+    def evaluations(self, cfg) -> list:
         return [PerClassAccuracy()]
+
+
+class PerClassAccuracy(Evaluation):
+    """After testing: accuracy per class (the test pass's own metric) as a table and a bar chart."""
+
+    def summarize(self, trainer, task, results) -> None:
+        values = task.per_class_accuracy
+        if values is None:
+            return
+        names = list(trainer.datamodule.class_names)
+        rows = [[n, float(v)] for n, v in zip(names, values, strict=True)]
+        self.add_table(trainer, "test/acc_per_class", ["class", "acc"], rows)
+        self.add_figure(
+            trainer,
+            "test/acc_per_class",
+            plots.per_class_figure(names, values, f"test accuracy per class ({task.encoder.name})"),
+        )

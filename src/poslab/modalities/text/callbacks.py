@@ -1,48 +1,81 @@
-"""The text run's end-of-test extras: the length study (loss and accuracy at multiples of the context)."""
+"""The text run's end-of-run evaluation: the length study (loss and accuracy at multiples of the context)."""
 
 from __future__ import annotations
 
 from poslab import plots
-from poslab.callbacks import Reporter
-from poslab.loggers import log_line_chart
+from poslab.evaluation.probes import Evaluation, Probe
+from poslab.loggers import log_curve, log_line_chart
 
 
-class LengthGeneralization(Reporter):
-    """After testing: metrics at each multiple of the training context (see :mod:`poslab.modalities.text.lengen`)."""
+class LengthGeneralization(Evaluation):
+    """Metrics at each multiple of the training context (see :mod:`poslab.modalities.text.lengen`): one
+    Lightning test pass per (multiple, encoder variant), logged as ``lengen/<metric>@<m>x[/<extension>]``."""
 
     def __init__(self, eval_cfg: dict) -> None:
         super().__init__()
         self.multiples = list(eval_cfg["multiples"])
         self.extensions = list(eval_cfg["rope_scaling"])
 
-    def after_test(self, trainer, pl_module) -> None:
-        from poslab.modalities.text.lengen import evaluate_lengths
+    def probes(self, trainer, task):
+        from poslab.modalities.text.lengen import BASE, encoder_swapped, length_passes
 
-        datamodule = trainer.datamodule
-        result = evaluate_lengths(
-            pl_module.backbone,
-            lambda m, generated: pl_module.lengen_metrics(datamodule.lengen_loader(m), generated),
-            datamodule.context,
-            self.multiples,
-            self.extensions,
-        )
-        self.report["metrics"].update(result.metrics())
-        metric = next(iter(result.rows[0]["values"]), "loss") if result.rows else "loss"
-        rows = [[r["variant"], r["multiple"], r["length"], r["values"].get(metric), r["note"]] for r in result.rows]
-        self.add_table(trainer, f"lengen/{metric}", ["variant", "multiple", "length", metric, "note"], rows)
-        lengths = [m * result.context for m in result.multiples()]
-        series = result.series(metric)
+        datamodule, encoder = trainer.datamodule, task.encoder
+        for step in length_passes(encoder, self.multiples, self.extensions):
+            variant = "" if step.variant == BASE else f"/{step.variant}"
+            if step.factor is None:
+                swap = None
+            else:
+
+                def swap(kind=step.variant, factor=step.factor):
+                    return encoder_swapped(task.backbone, encoder.extended(kind, factor))
+
+            yield Probe(
+                f"lengen/{{}}@{step.multiple}x{variant}",
+                datamodule.lengen_loader(step.multiple),
+                lambda batch, generated=step.generated: task.lengen_measure(batch, generated, datamodule.context),
+                datamodule.as_batch,
+                **({"variant": swap} if swap else {}),
+                tag=step,
+            )
+
+    def summarize(self, trainer, task, results) -> None:
+        from poslab.modalities.text.lengen import BASE, usable_extensions
+
+        if not results:
+            return
+        context = trainer.datamodule.context
+        rows = []  # (variant, multiple, {metric name: value}, note)
+        for probe, result in results:
+            step = probe.tag
+            values = {key.split("@")[0].removeprefix("lengen/"): v for key, v in result.metrics.items()}
+            rows.append((step.variant, step.multiple, values, result.note))
+            if step.variant == BASE and step.multiple == 1:  # an extension at 1x is the trained model itself
+                for kind in usable_extensions(task.encoder, self.extensions):
+                    rows.append((kind, 1, values, result.note))
+                    self.report["metrics"].update({f"{k}/{kind}": v for k, v in result.metrics.items()})
+        metric = next((name for _, _, values, _ in rows for name in values), "loss")
+        table = [[variant, m, m * context, values.get(metric), note] for variant, m, values, note in rows]
+        self.add_table(trainer, f"lengen/{metric}", ["variant", "multiple", "length", metric, "note"], table)
+        multiples = sorted({m for _, m, _, _ in rows})
+        lengths = [m * context for m in multiples]
+        series: dict[str, list[float | None]] = {}
+        curve: dict[int, dict[str, float]] = {}
+        for variant, m, values, _ in rows:
+            series.setdefault(variant, [None] * len(multiples))[multiples.index(m)] = values.get(metric)
+            suffix = "" if variant == BASE else f"/{variant}"
+            for name, value in values.items():
+                curve.setdefault(m * context, {})[f"lengen/{name}{suffix}"] = value
+        log_curve(trainer, "lengen/length", curve)
         if trainer.is_global_zero:
             log_line_chart(trainer.logger, f"lengen/{metric}_curve", lengths, series, f"{metric} vs context length")
-        title = f"{pl_module.encoder.name}: {metric} vs length (trained at {result.context})"
-        self.add_figure(
-            trainer, f"lengen/{metric}", plots.length_figure(lengths, series, metric, result.context, title)
-        )
-        self._depth_heatmap(trainer, pl_module, result, lengths)
+        title = f"{task.encoder.name}: {metric} vs length (trained at {context})"
+        self.add_figure(trainer, f"lengen/{metric}", plots.length_figure(lengths, series, metric, context, title))
+        base = {probe.tag.multiple: result for probe, result in results if probe.tag.variant == BASE}
+        self._depth_heatmap(trainer, task, base, lengths, multiples)
 
-    def _depth_heatmap(self, trainer, pl_module, result, lengths) -> None:
+    def _depth_heatmap(self, trainer, task, base, lengths, multiples) -> None:
         """Accuracy by answer depth x length (associative recall): the lost-in-the-middle picture."""
-        grid = [r["values"].get("depth_acc") for r in result.rows if r["variant"] == "base"]
+        grid = [base[m].buckets.get(f"lengen/depth_acc@{m}x") if m in base else None for m in multiples]
         if not any(grid):
             return
         buckets = len(next(g for g in grid if g))
@@ -52,5 +85,5 @@ class LengthGeneralization(Reporter):
             for b in range(buckets)
         ]
         self.add_table(trainer, "lengen/acc_by_depth", ["length", "depth", "acc"], rows)
-        title = f"{pl_module.encoder.name}: accuracy by depth of the answer"
+        title = f"{task.encoder.name}: accuracy by depth of the answer"
         self.add_figure(trainer, "lengen/acc_by_depth", plots.depth_heatmap(lengths, grid, title))

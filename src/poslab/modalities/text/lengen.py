@@ -18,13 +18,12 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 from torch import nn
 
 from poslab.encoders.base import PositionEncoder
-from poslab.errors import PoslabError
 from poslab.positions import Positions, steps_start
 
 BASE = "base"
@@ -58,34 +57,6 @@ def as_generated(
     return torch.cat(pieces, dim=1)
 
 
-@dataclass
-class LengenResult:
-    """One row per (variant, multiple): metric values, or the reason there are none."""
-
-    context: int
-    rows: list[dict] = field(default_factory=list)
-
-    def metrics(self) -> dict[str, float]:
-        """``lengen/<metric>@<m>x`` (base) and ``lengen/<metric>@<m>x/<extension>``."""
-        out = {}
-        for row in self.rows:
-            suffix = "" if row["variant"] == BASE else f"/{row['variant']}"
-            for name, value in row["values"].items():
-                if isinstance(value, float):  # lists (accuracy by depth) go to tables, not metrics
-                    out[f"lengen/{name}@{row['multiple']}x{suffix}"] = value
-        return out
-
-    def series(self, metric: str) -> dict[str, list[float | None]]:
-        """Variant -> values by multiple (None where it could not run)."""
-        out: dict[str, list[float | None]] = {}
-        for row in self.rows:
-            out.setdefault(row["variant"], []).append(row["values"].get(metric))
-        return out
-
-    def multiples(self) -> list[int]:
-        return sorted({row["multiple"] for row in self.rows})
-
-
 @contextmanager
 def encoder_swapped(backbone: nn.Module, encoder: PositionEncoder) -> Iterator[None]:
     """Run the backbone with another encoder (an extended copy), then restore it."""
@@ -97,34 +68,29 @@ def encoder_swapped(backbone: nn.Module, encoder: PositionEncoder) -> Iterator[N
         backbone.encoder = original
 
 
-def evaluate_lengths(
-    backbone: nn.Module,
-    measure: Callable[[int, bool], dict[str, float]],
-    context: int,
-    multiples: Sequence[int],
-    extensions: Sequence[str],
-) -> LengenResult:
-    """``measure(multiple, generated)`` -> metrics at that length (``generated``: score as in generation,
-    see :func:`as_generated`), for the trained encoder and each extension."""
-    encoder: PositionEncoder = backbone.encoder
-    usable = [e for e in extensions if e in encoder.context_extensions]
-    result = LengenResult(context)
+@dataclass(frozen=True)
+class LengthPass:
+    """One pass of the length study: the trained encoder (``factor`` None) or an extension of it."""
+
+    variant: str  # BASE, or the extension's name
+    multiple: int
+    factor: float | None
+    generated: bool  # scored as in generation (:func:`as_generated`)
+
+
+def length_passes(encoder: PositionEncoder, multiples: Sequence[int], extensions: Sequence[str]) -> list[LengthPass]:
+    """The passes for the trained encoder and each of its ``extensions`` at every multiple. At 1x an
+    extension is the trained model itself (factor 1, or a length within the training context): no pass,
+    its row is the base's."""
+    usable = usable_extensions(encoder, extensions)
+    passes = []
     for multiple in multiples:
-        base = _attempt(lambda m=multiple: measure(m, False))
-        result.rows.append({"variant": BASE, "multiple": multiple, "length": multiple * context, **base})
-        for kind in usable:
+        passes.append(LengthPass(BASE, multiple, None, False))
+        for kind in usable if multiple != 1 else ():
             driven = kind in encoder.length_driven_extensions
-            if multiple == 1:  # factor 1, or a length within the training context: the trained model itself
-                row = base
-            else:
-                with encoder_swapped(backbone, encoder.extended(kind, 1.0 if driven else float(multiple))):
-                    row = _attempt(lambda m=multiple, g=driven: measure(m, g))
-            result.rows.append({"variant": kind, "multiple": multiple, "length": multiple * context, **row})
-    return result
+            passes.append(LengthPass(kind, multiple, 1.0 if driven else float(multiple), driven))
+    return passes
 
 
-def _attempt(run: Callable[[], dict[str, float]]) -> dict:
-    try:
-        return {"values": run(), "note": None}
-    except PoslabError as exc:  # e.g. a learned table shorter than the sequence
-        return {"values": {}, "note": str(exc)}
+def usable_extensions(encoder: PositionEncoder, extensions: Sequence[str]) -> list[str]:
+    return [e for e in extensions if e in encoder.context_extensions]

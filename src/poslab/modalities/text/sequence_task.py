@@ -51,27 +51,15 @@ class SequenceTask(LanguageModel):
     def _derived(self, stage: str) -> None:
         pass  # bits per character mean nothing here
 
-    @torch.no_grad()
-    def lengen_metrics(self, loader, generated: bool = False) -> dict:
-        """``acc``: the fraction of answers right (a recall query's value; a whole copy / reverse output);
-        ``token_acc``: of answer tokens; recall also ``depth_acc``, by depth bucket of the queried pair."""
-        was_training = self.training
-        self.eval()
-        hits, tokens, depths = [], [], []
-        datamodule = self.trainer.datamodule
-        for item in loader:
-            batch = datamodule.as_batch({k: v.to(self.device) for k, v in item.items()})
-            logits = self.lengen_logits(batch, generated)
-            hits.append(self.answer_hits(logits, batch["targets"]).flatten().cpu())
-            tokens.append(token_hits(logits, batch["targets"]).flatten().cpu())
-            if "depth" in batch:
-                depths.append(batch["depth"].flatten().cpu())  # one per query, in the order of the answers
-        self.train(was_training)
-        hits_all = torch.cat(hits)
-        out: dict = {"acc": hits_all.mean().item(), "token_acc": torch.cat(tokens).mean().item()}
-        if depths:
-            bucket = (torch.cat(depths) * DEPTH_BUCKETS).long().clamp(max=DEPTH_BUCKETS - 1)
-            out["depth_acc"] = [
-                hits_all[bucket == b].mean().item() if (bucket == b).any() else None for b in range(DEPTH_BUCKETS)
-            ]
+    def lengen_measure(self, batch, generated: bool, context: int) -> dict:
+        """``acc``: per answer, right or not (a recall query's value; a whole copy / reverse output);
+        ``token_acc``: per answer token; recall also ``depth_acc``, by depth bucket of the queried pair."""
+        from poslab.evaluation.probes import Buckets
+
+        logits = self.lengen_logits(batch, generated, context)
+        hits = self.answer_hits(logits, batch["targets"]).flatten()
+        out: dict = {"acc": hits, "token_acc": token_hits(logits, batch["targets"]).flatten()}
+        if "depth" in batch:  # one per query, in the order of the answers
+            bucket = (batch["depth"].flatten() * DEPTH_BUCKETS).long().clamp(max=DEPTH_BUCKETS - 1)
+            out["depth_acc"] = Buckets(hits, bucket, DEPTH_BUCKETS)
         return out

@@ -61,31 +61,21 @@ class LanguageModel(PositionTask):
             self.log(f"{stage}/bpc", loss / math.log(2))
             self.log(f"{stage}/ppl", torch.exp(loss))
 
-    def lengen_logits(self, batch, generated: bool) -> torch.Tensor:
-        """Logits of a length-study batch; ``generated``: as generation computes them (see
-        :func:`poslab.modalities.text.lengen.as_generated`)."""
+    def lengen_logits(self, batch, generated: bool, context: int) -> torch.Tensor:
+        """Logits of a length-study batch; ``generated``: as generation computes them, prefixes growing
+        from the training ``context`` (see :func:`poslab.modalities.text.lengen.as_generated`)."""
         if not generated:
             return self(batch["tokens"], batch["pos"])
         from poslab.modalities.text.lengen import as_generated
 
-        return as_generated(self, batch["tokens"], batch["pos"], self.trainer.datamodule.context)
+        return as_generated(self, batch["tokens"], batch["pos"], context)
 
-    @torch.no_grad()
-    def lengen_metrics(self, loader, generated: bool = False) -> dict[str, float]:
-        """Mean loss over every predicted character of ``loader`` (evaluation mode)."""
-        was_training = self.training
-        self.eval()
-        total, count = 0.0, 0
-        datamodule = self.trainer.datamodule
-        for windows in loader:
-            batch = datamodule.as_batch(windows.to(self.device))
-            logits = self.lengen_logits(batch, generated)
-            total += F.cross_entropy(logits.flatten(0, 1), batch["targets"].flatten(), reduction="sum").item()
-            count += batch["targets"].numel()
-        self.train(was_training)
-        return {"loss": total / count}
+    def lengen_measure(self, batch, generated: bool, context: int) -> dict[str, torch.Tensor]:
+        """A length-study probe's measure: the loss of every predicted character (their mean: nats/char)."""
+        logits = self.lengen_logits(batch, generated, context)
+        return {"loss": F.cross_entropy(logits.flatten(0, 1).float(), batch["targets"].flatten(), reduction="none")}
 
-    def report_callbacks(self, cfg) -> list:
+    def evaluations(self, cfg) -> list:
         from poslab.modalities.text.callbacks import LengthGeneralization
 
         return [LengthGeneralization(cfg.eval)]

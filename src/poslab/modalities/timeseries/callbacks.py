@@ -1,16 +1,21 @@
-"""The forecasting run's end-of-test extras: baselines, error by horizon and by weekday x hour, probes."""
+"""The forecasting run's end-of-run evaluation: error by horizon and by weekday x hour, the baselines on the
+same windows, the irregular-sampling probe and — for the query layout — horizon / lookback extrapolation."""
 
 from __future__ import annotations
 
 import torch
 
 from poslab import plots
-from poslab.callbacks import Reporter
+from poslab.evaluation.probes import Buckets, Evaluation, Probe
+
+WEEKDAYS = ["Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"]
 
 
-class ForecastReport(Reporter):
-    """After testing a forecaster: baselines, per-horizon error, weekday x hour error, the
-    irregular-sampling probe and — for the query layout — horizon / lookback extrapolation."""
+class ForecastReport(Evaluation):
+    """Lightning test passes over the test windows: the model's error per quarter of the horizon
+    (``test/mse@h1-12``) and by weekday x hour of the target, each baseline's (``baseline/<name>_mse``);
+    the irregular-sampling probe (``probe/irregular_mse``); for the query layout, 2x the horizon and 2x the
+    lookback with the baselines recomputed for those windows (``extrap/mse@2xH``, ``extrap/baseline_…``)."""
 
     BUCKETS = 4
 
@@ -20,81 +25,99 @@ class ForecastReport(Reporter):
         self.drop = float(eval_cfg["irregular_drop"])
         self.notes: list[list[str]] = []
 
-    def after_test(self, trainer, pl_module) -> None:
-        from poslab.modalities.timeseries.baselines import all_baselines, stack_windows
+    def probes(self, trainer, task):
         from poslab.modalities.timeseries.data import seasonal_steps
         from poslab.modalities.timeseries.probes import drop_steps, irregular_lookback
 
         dm = trainer.datamodule
-        metrics = self.report["metrics"]
         seasons = seasonal_steps(dm.step_seconds)
-
-        def forecast(split="test", lookback=None, horizon=None, transform=None):
-            batches = (dm.as_batch(b) for b in dm.loader(split, lookback, horizon))
-            return pl_module.predict_windows(map(transform, batches) if transform else batches)
-
-        def baselines(lookback=None, horizon=None):
-            past, future, _ = stack_windows(dm.windows("test", lookback, horizon))
-            train_past, train_future, _ = stack_windows(dm.windows("train", lookback, horizon))
-            return all_baselines(past, future, train_past, train_future, seasons, self.ridge)
-
-        pred, target, times = forecast()
-        model_mse = (pred - target).pow(2).mean().item()
-        horizon = target.shape[1]
-        edges = torch.linspace(0, horizon, self.BUCKETS + 1).round().long().tolist()
-        for a, b in zip(edges[:-1], edges[1:], strict=True):
-            metrics[f"test/mse@h{a + 1}-{b}"] = (pred[:, a:b] - target[:, a:b]).pow(2).mean().item()
-        rows = [["model", model_mse, (pred - target).abs().mean().item()]]
-        for name, err in baselines().items():
-            metrics[f"baseline/{name}_mse"], metrics[f"baseline/{name}_mae"] = err["mse"], err["mae"]
-            rows.append([name, err["mse"], err["mae"]])
+        lookback, horizon = dm.lookback, dm.horizon
         for season, period in seasons.items():
-            if dm.lookback < period:
-                why = f"the lookback ({dm.lookback} steps) is shorter than a {season} ({period} steps)"
+            if lookback < period:
+                why = f"the lookback ({lookback} steps) is shorter than a {season} ({period} steps)"
                 self.notes.append([f"baseline/seasonal_naive_{season}_mse", why])
-        self.add_table(trainer, "test/vs_baselines", ["forecaster", "mse", "mae"], rows)
-        self._weekday_hour(trainer, pl_module, pred, target, times)
+        baselines = self._baselines(dm, seasons)
+        edges = torch.linspace(0, horizon, self.BUCKETS + 1).round().long().tolist()
 
-        lookback = dm.lookback
+        def on_test_windows(batch):
+            error = task.forecast_error(batch)
+            out = {f"test/mse@h{a + 1}-{b}": error[:, a:b].pow(2) for a, b in zip(edges[:-1], edges[1:], strict=True)}
+            out["test/mse_by_weekday_hour"] = Buckets(error.pow(2).mean(-1), _weekday_hour(batch), 7 * 24)
+            for name, err in baselines(batch).items():
+                out[f"baseline/{name}_mse"], out[f"baseline/{name}_mae"] = err.pow(2), err.abs()
+            return out
+
+        yield Probe("{}", dm.loader("test"), on_test_windows, dm.as_batch, tag="test")
         generator = torch.Generator().manual_seed(0)
-        longer = irregular_lookback(lookback, self.drop)
-        self._attempt(
-            "probe/irregular_mse",
-            lambda: forecast("test", longer, transform=lambda batch: drop_steps(batch, lookback, generator)),
+        yield Probe(
+            "probe/irregular_{}",
+            dm.loader("test", irregular_lookback(lookback, self.drop)),
+            lambda batch: {"mse": task.forecast_error(batch).pow(2)},
+            lambda batch: drop_steps(dm.as_batch(batch), lookback, generator),
+            tag="irregular",
         )
-        if pl_module.model.layout != "query":
-            why = f"layout={pl_module.model.layout} has a fixed input and output size; use model.layout=query"
+        if task.model.layout != "query":
+            why = f"layout={task.model.layout} has a fixed input and output size; use model.layout=query"
             self.notes += [["extrap/mse@2xH", why], ["extrap/mse@2xL", why]]
-        else:
-            for key, shape in (("2xH", (None, 2 * horizon)), ("2xL", (2 * lookback, None))):
-                for name, err in baselines(*shape).items():
-                    metrics[f"extrap/baseline_{name}_mse@{key}"] = err["mse"]
-                self._attempt(f"extrap/mse@{key}", lambda shape=shape: forecast("test", *shape))
-        if self.notes:
-            self.add_table(trainer, "notes", ["metric", "why it is missing"], self.notes)
-
-    def _attempt(self, key: str, run) -> None:
-        """The MSE of ``run()``'s forecast, or a note saying why the model cannot run it."""
-        from poslab.errors import PoslabError
-
-        try:
-            pred, target, _ = run()
-        except PoslabError as exc:  # e.g. a learned table shorter than the longer sequence
-            self.notes.append([key, str(exc)])
             return
-        self.report["metrics"][key] = (pred - target).pow(2).mean().item()
+        for key, shape in (("2xH", (None, 2 * horizon)), ("2xL", (2 * lookback, None))):
+            longer = self._baselines(dm, seasons, *shape)
 
-    def _weekday_hour(self, trainer, pl_module, pred, target, times) -> None:
-        from poslab.timestamps import calendar_fields
+            def on_longer(batch, longer=longer):
+                out = {f"baseline_{name}_mse": err.pow(2) for name, err in longer(batch).items()}
+                return {"mse": task.forecast_error(batch).pow(2), **out}
 
-        fields = calendar_fields(times)
-        cell = (fields["weekday"] * 24 + fields["hour"]).flatten()
-        error = (pred - target).pow(2).mean(-1).flatten()
-        sums = torch.zeros(7 * 24).index_add_(0, cell, error.float())
-        counts = torch.zeros(7 * 24).index_add_(0, cell, torch.ones_like(error.float()))
-        grid = (sums / counts.clamp(min=1)).masked_fill(counts == 0, float("nan")).view(7, 24)
-        names = ["Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"]
-        rows = [[names[d], h, None if grid[d, h].isnan() else grid[d, h].item()] for d in range(7) for h in range(24)]
-        self.add_table(trainer, "test/mse_by_weekday_hour", ["weekday", "hour", "mse"], rows)
-        title = f"{pl_module.encoder.name}: test MSE by weekday and hour of the target"
-        self.add_figure(trainer, "test/mse_by_weekday_hour", plots.weekday_hour_heatmap(grid, names, title))
+            yield Probe(f"extrap/{{}}@{key}", dm.loader("test", *shape), on_longer, dm.as_batch, tag=key)
+
+    def _baselines(self, dm, seasons, lookback=None, horizon=None):
+        """batch -> baseline name -> forecast error: the ridge map fitted (closed form) on the training
+        windows of this shape first; a seasonal naive forecast only where the lookback holds its season."""
+        from poslab.modalities.timeseries.baselines import (
+            fit_ridge,
+            predict_ridge,
+            repeat_last,
+            seasonal_naive,
+            stack_windows,
+        )
+
+        train_past, train_future, _ = stack_windows(dm.windows("train", lookback, horizon))
+        weights = fit_ridge(train_past, train_future, self.ridge)
+
+        def errors(batch) -> dict[str, torch.Tensor]:
+            past, future = batch["past"], batch["future"]
+            steps = future.shape[1]
+            out = {"repeat_last": repeat_last(past, steps) - future}
+            for name, period in seasons.items():
+                if past.shape[1] >= period:
+                    out[f"seasonal_naive_{name}"] = seasonal_naive(past, steps, period) - future
+            out["linear"] = predict_ridge(weights.to(past.device), past) - future
+            return out
+
+        return errors
+
+    def summarize(self, trainer, task, results) -> None:
+        test = next(result for probe, result in results if probe.tag == "test")
+        metrics = {**self.run_metrics, **test.metrics}
+        rows = [["model", metrics.get("test/mse"), metrics.get("test/mae")]]
+        names = [k.removeprefix("baseline/").removesuffix("_mse") for k in test.metrics if k.startswith("baseline/")
+                 and k.endswith("_mse")]  # fmt: skip
+        rows += [[n, metrics[f"baseline/{n}_mse"], metrics[f"baseline/{n}_mae"]] for n in names]
+        self.add_table(trainer, "test/vs_baselines", ["forecaster", "mse", "mae"], rows)
+        cells = test.buckets.get("test/mse_by_weekday_hour")
+        if cells is not None:
+            grid = torch.tensor([float("nan") if v is None else v for v in cells]).view(7, 24)
+            table = [[WEEKDAYS[d], h, cells[d * 24 + h]] for d in range(7) for h in range(24)]
+            self.add_table(trainer, "test/mse_by_weekday_hour", ["weekday", "hour", "mse"], table)
+            title = f"{task.encoder.name}: test MSE by weekday and hour of the target"
+            self.add_figure(trainer, "test/mse_by_weekday_hour", plots.weekday_hour_heatmap(grid, WEEKDAYS, title))
+        notes = self.notes + [[probe.key.format("mse"), result.note] for probe, result in results if result.note]
+        if notes:
+            self.add_table(trainer, "notes", ["metric", "why it is missing"], notes)
+
+
+def _weekday_hour(batch) -> torch.Tensor:
+    """The weekday x hour cell (0..167) of every target step."""
+    from poslab.timestamps import calendar_fields
+
+    fields = calendar_fields(batch["pos_future"].times)
+    return fields["weekday"] * 24 + fields["hour"]

@@ -54,21 +54,11 @@ class ForecastTask(PositionTask):
     def test_step(self, batch, batch_idx):
         self._eval_step(batch, "test")
 
-    @torch.no_grad()
-    def predict_windows(self, batches) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """(forecast, target, future timestamps) over an iterable of batches, in eval mode."""
-        was_training = self.training
-        self.eval()
-        preds, targets, times = [], [], []
-        for batch in batches:
-            batch = {k: v.to(self.device) for k, v in batch.items()}  # tensors and Positions
-            preds.append(self(batch["past"], batch["pos_past"], batch["pos_future"]).cpu())
-            targets.append(batch["future"].cpu())
-            times.append(batch["pos_future"].times.cpu())
-        self.train(was_training)
-        return torch.cat(preds), torch.cat(targets), torch.cat(times)
+    def forecast_error(self, batch) -> torch.Tensor:
+        """Forecast minus target, ``[B, H, C]`` (a probe's measures square it or take its size)."""
+        return self(batch["past"], batch["pos_past"], batch["pos_future"]).float() - batch["future"]
 
-    def report_callbacks(self, cfg) -> list:
+    def evaluations(self, cfg) -> list:
         from poslab.modalities.timeseries.callbacks import ForecastReport
 
         return [ForecastReport(cfg.eval)]

@@ -1,45 +1,52 @@
-"""The video run's end-of-test extras: accuracy on longer clips and larger canvases, raw and rescaled."""
+"""The video run's end-of-run evaluation: accuracy on longer clips and larger canvases, raw and rescaled."""
 
 from __future__ import annotations
 
-from poslab.callbacks import Reporter
+from poslab.evaluation.probes import Evaluation, Probe
+from poslab.loggers import log_curve
 
 
-class ExtrapolationProbe(Reporter):
+class ExtrapolationProbe(Evaluation):
     """Test accuracy at ``eval.frames`` (temporal) and ``eval.canvases`` (spatial) with raw and rescaled
-    positions; the test digits and their motions stay the same, only longer or on more room."""
+    positions; the test digits and their motions stay the same, only longer or on more room. One Lightning
+    test pass each (``temporal/acc@16f/raw``, ``spatial/acc@64px/rescaled``)."""
+
+    #: family -> (data key changed, axis of its curve)
+    FAMILIES = {"temporal": ("frames", "temporal/frames"), "spatial": ("canvas", "spatial/canvas_px")}
 
     def __init__(self, cfg) -> None:
         super().__init__()
         self.data_cfg = cfg.data
-        self.probes = [("temporal", f"{n}f", {"frames": n}) for n in cfg.eval.frames]
-        self.probes += [("spatial", f"{n}px", {"canvas": n}) for n in cfg.eval.canvases]
-        self.notes: list[list[str]] = []
+        self.sizes = {"temporal": list(cfg.eval.frames), "spatial": list(cfg.eval.canvases)}
 
-    def after_test(self, trainer, pl_module) -> None:
-        if not self.probes:
-            return
+    def probes(self, trainer, task):
         from omegaconf import OmegaConf
 
-        from poslab.errors import PoslabError
         from poslab.modalities.video.data import VideoDataModule
 
+        for family, sizes in self.sizes.items():
+            data_key, _ = self.FAMILIES[family]
+            unit = "f" if family == "temporal" else "px"
+            for n in sizes:
+                for mode in ("raw", "rescaled"):
+                    change = {data_key: n, "coords": mode}
+                    dm = VideoDataModule(OmegaConf.merge(self.data_cfg, change), train_data=self.data_cfg)
+                    dm.setup("test")
+                    yield Probe(f"{family}/{{}}@{n}{unit}/{mode}", dm.test_dataloader(), task.answer_hits,
+                                dm.as_batch, tag=(family, n, mode))  # fmt: skip
+
+    def summarize(self, trainer, task, results) -> None:
+        if not results:
+            return
         rows = []
-        for family, size, change in self.probes:
-            for mode in ("raw", "rescaled"):
-                key = f"{family}/acc@{size}/{mode}"
-                dm = VideoDataModule(
-                    OmegaConf.merge(self.data_cfg, {**change, "coords": mode}), train_data=self.data_cfg
-                )
-                dm.setup("test")
-                try:
-                    accuracy = pl_module.accuracy_on(dm.as_batch(b) for b in dm.test_dataloader())
-                except PoslabError as exc:  # a learned table has no rows past the training clip
-                    self.notes.append([key, str(exc)])
-                    rows.append([family, size, mode, None])
-                    continue
-                self.report["metrics"][key] = accuracy
-                rows.append([family, size, mode, accuracy])
+        curves: dict[str, dict[int, dict[str, float]]] = {}
+        for probe, result in results:
+            family, n, mode = probe.tag
+            acc = result.metrics.get(probe.key.format("acc"))
+            rows.append([family, f"{n}{'f' if family == 'temporal' else 'px'}", mode, acc])
+            if acc is not None:
+                curves.setdefault(family, {}).setdefault(n, {})[f"{family}/acc/{mode}"] = acc
         self.add_table(trainer, "probe/acc", ["probe", "size", "coords", "acc"], rows)
-        if self.notes:
-            self.add_table(trainer, "probe/notes", ["metric", "why it is missing"], self.notes)
+        self.add_notes(trainer, "probe/notes", results, "acc")
+        for family, points in curves.items():
+            log_curve(trainer, self.FAMILIES[family][1], points)

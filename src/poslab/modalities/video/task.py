@@ -26,7 +26,7 @@ class VideoClassifier(Classifier):
             **pick_options(ViT, cfg["model"], ViT.SUPPLIED),
         )
 
-    def report_callbacks(self, cfg) -> list:
+    def evaluations(self, cfg) -> list:
         from poslab.modalities.video.callbacks import ExtrapolationProbe
 
-        return [*super().report_callbacks(cfg), ExtrapolationProbe(cfg)]
+        return [*super().evaluations(cfg), ExtrapolationProbe(cfg)]

@@ -1,42 +1,42 @@
-"""The vision run's end-of-test extras: accuracy at other image sizes, raw and rescaled coordinates."""
+"""The vision run's end-of-run evaluation: accuracy at other image sizes, raw and rescaled coordinates."""
 
 from __future__ import annotations
 
-from poslab.callbacks import Reporter
+from poslab.evaluation.probes import Evaluation, Probe
+from poslab.loggers import log_curve
 
 
-class ResolutionReport(Reporter):
-    """After testing a vision model: test accuracy at other image sizes, raw and rescaled coordinates."""
+class ResolutionReport(Evaluation):
+    """Test accuracy at each of ``eval.image_sizes``, with raw patch indices and with coordinates rescaled
+    to the training grid: one Lightning test pass each (``resolution/acc@<size>/<coords>``)."""
 
     def __init__(self, cfg) -> None:
         super().__init__()
         self.data_cfg = cfg.data
         self.sizes = list(cfg.eval.image_sizes)
-        self.notes: list[list[str]] = []
 
-    def after_test(self, trainer, pl_module) -> None:
-        if not self.sizes:
-            return
+    def probes(self, trainer, task):
         from omegaconf import OmegaConf
 
-        from poslab.errors import PoslabError
         from poslab.modalities.vision.data import VisionDataModule
 
-        rows = []
         for size in self.sizes:
             for mode in ("raw", "rescaled"):
-                key = f"resolution/acc@{size}/{mode}"
-                data = OmegaConf.merge(self.data_cfg, {"image_size": size, "coords": mode})
-                dm = VisionDataModule(data, train_data=self.data_cfg)
+                dm = VisionDataModule(OmegaConf.merge(self.data_cfg, {"image_size": size, "coords": mode}),
+                                      train_data=self.data_cfg)  # fmt: skip
                 dm.setup()
-                try:
-                    accuracy = pl_module.accuracy_on(dm.as_batch(b) for b in dm.test_dataloader())
-                except PoslabError as exc:  # a learned table has no rows for raw indices past it
-                    self.notes.append([key, str(exc)])
-                    rows.append([size, mode, None])
-                    continue
-                self.report["metrics"][key] = accuracy
-                rows.append([size, mode, accuracy])
+                yield Probe(f"resolution/{{}}@{size}/{mode}", dm.test_dataloader(), task.answer_hits, dm.as_batch,
+                            tag=(size, mode))  # fmt: skip
+
+    def summarize(self, trainer, task, results) -> None:
+        if not results:
+            return
+        rows, curve = [], {}
+        for probe, result in results:
+            (size, mode), acc = probe.tag, result.metrics.get(probe.key.format("acc"))
+            rows.append([size, mode, acc])
+            if acc is not None:
+                curve.setdefault(size, {})[f"resolution/acc/{mode}"] = acc
         self.add_table(trainer, "resolution/acc", ["image_size", "coords", "acc"], rows)
-        if self.notes:
-            self.add_table(trainer, "resolution/notes", ["metric", "why it is missing"], self.notes)
+        self.add_notes(trainer, "resolution/notes", results, "acc")
+        log_curve(trainer, "resolution/image_size", curve)

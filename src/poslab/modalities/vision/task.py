@@ -16,7 +16,7 @@ class ImageClassifier(Classifier):
         options = pick_options(ViT, cfg["model"], ViT.SUPPLIED)
         return ViT(encoder, in_chans=in_chans, num_classes=num_classes, patch_size=cfg["data"]["patch_size"], **options)
 
-    def report_callbacks(self, cfg) -> list:
+    def evaluations(self, cfg) -> list:
         from poslab.modalities.vision.callbacks import ResolutionReport
 
-        return [*super().report_callbacks(cfg), ResolutionReport(cfg)]
+        return [*super().evaluations(cfg), ResolutionReport(cfg)]
