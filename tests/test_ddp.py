@@ -30,6 +30,7 @@ from poslab.config import compose
 from poslab.data import build_datamodule
 from poslab.train import evaluate
 from tests.conftest import TINY
+from tests.wandb_files import read_offline_run
 
 TWO_CPU_PROCESSES = ["trainer=ddp", "trainer.accelerator=cpu", "trainer.devices=2", "trainer.precision=32-true"]
 MODALITIES = TINY
@@ -118,6 +119,10 @@ def one_process_on_the_same_batches(overrides: list[str], monkeypatch, root: Pat
     return train(compose([*alone, f"data.batch_size={2 * batch}", "logger=none", f"run.root={root}"]))
 
 
+#: What adds each modality's end-of-run probes to its tiny run.
+PROBES = {"vision": ["eval.image_sizes=[56]"], "video": ["eval.frames=[8]", "eval.canvases=[32]"]}
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("modality", list(MODALITIES))
 def test_two_cpu_processes_make_one_run_with_the_one_process_metrics(modality, request, tmp_path, monkeypatch):
@@ -126,7 +131,8 @@ def test_two_cpu_processes_make_one_run_with_the_one_process_metrics(modality, r
         overrides += ["data.test_size=500", "trainer.limit_train_batches=null", "data.batch_size=256"]
         overrides += ["data.augment.enabled=false"]  # random draws per rank: not what one process draws
     if modality == "timeseries":  # 514 test windows: a set that splits evenly (Lightning pads an uneven one)
-        overrides += ["data.horizon=25", "model.dropout=0.0"]
+        overrides += ["data.horizon=25", "model.dropout=0.0", "model.layout=query"]  # + the extrapolation probes
+    overrides += PROBES.get(modality, [])
     done, runs = _ddp_run(overrides, tmp_path)
     assert done.stdout.count("run directory:") == 1  # one report, printed by rank 0
     run_dirs = list((runs / modality).iterdir())
@@ -157,10 +163,16 @@ def test_two_cpu_processes_make_one_run_with_the_one_process_metrics(modality, r
     reported = [*summary["metrics"], *summary["tables"], *summary["figures"]]
     assert any(k.startswith(extras) for k in reported), reported
 
-    # test metrics: sharded and reduced across ranks = one process evaluating the same checkpoint
+    # test and probe metrics: sharded and reduced across ranks (the probes' shares unpadded) = one process
+    # evaluating the same checkpoint
     alone = evaluate(run_dir / summary["checkpoints"]["best"], ["trainer=cpu", "logger=none"])
-    tested = [k for k in summary["metrics"] if k.startswith("test/") and k in alone["metrics"]]
-    assert tested
+    tested = [k for k in summary["metrics"] if k in alone["metrics"] and not k.startswith(("train/", "val/", "perf/"))]
+    assert any(not k.startswith("test/") for k in tested), tested
+    probed = [k for k in tested if not k.startswith("test/")]
+    offline = read_offline_run(run_dir)
+    for key in probed:
+        assert summary["metrics"][key] == pytest.approx(alone["metrics"][key], abs=1e-4), key
+        assert offline.logged(key) == [summary["metrics"][key]], key  # logged once, by rank 0
     for key in tested:
         assert summary["metrics"][key] == pytest.approx(alone["metrics"][key], rel=TOLERANCE), key
 

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
 import torch
 from omegaconf import OmegaConf
@@ -33,16 +37,18 @@ def test_a_sweep_is_the_comparison_grid_with_the_tasks_metric(capsys):
     assert vision["parameters"]["encoder"]["values"] == available_encoders("vision")  # resolution: every one
     assert vision["parameters"]["experiment"] == {"value": "resolution"}
     assert vision["parameters"]["seed"]["values"] == [0, 1, 2]
-    assert vision["metric"] == {"name": "val/acc", "goal": "maximize"}
-    assert vision["command"] == ["poslab", "train", "${args_no_hyphens}"] and vision["program"] == "poslab"
+    assert vision["metric"] == {"name": "val/acc_best", "goal": "maximize"}  # a plain number in W&B's summary
+    assert vision["command"] == [sys.executable, "-m", "poslab", "train", "${args_no_hyphens}"]
+    assert vision["project"] == "poslab" and "entity" not in vision
+    assert sweep_config("vision", overrides=["logger.entity=lab"])["entity"] == "lab"
     text = sweep_config("text", ["rope", "alibi"], 2, ["trainer.max_steps=100"])
     assert text["parameters"]["encoder"]["values"] == ["rope", "alibi"]
-    assert text["metric"] == {"name": "val/loss", "goal": "minimize"}
+    assert text["metric"] == {"name": "val/loss_best", "goal": "minimize"}
     assert text["parameters"]["trainer.max_steps"] == {"value": "100"}
     assert text["parameters"]["seed"]["values"] == [0, 1]
     assert main(["sweep", "modality=timeseries"]) == 0
     printed = OmegaConf.create(capsys.readouterr().out)
-    assert printed.parameters.modality.value == "timeseries" and printed.metric.name == "val/mse"
+    assert printed.parameters.modality.value == "timeseries" and printed.metric.name == "val/mse_best"
     assert main(["sweep", "modality=text", "experiment=randomized_positions"]) == 2
     assert "compares variants" in capsys.readouterr().err
 
@@ -92,3 +98,26 @@ def test_resolution_probe_reports_raw_and_rescaled_accuracy(tiny):
     assert "table is 4x4" in notes["resolution/acc@56/raw"]
     rows = summary["tables"]["resolution/acc"]["rows"]
     assert [r[:2] for r in rows] == [[56, "raw"], [56, "rescaled"]]
+
+
+def test_a_sweep_file_loads_as_wandb_loads_it_and_its_command_runs_without_an_activated_venv(tmp_path, capsys):
+    """What ``wandb sweep`` reads (its own loader), and the command its agent builds: the macro replaced by
+    one grid point's ``key=value`` arguments, run with no venv on PATH."""
+    from wandb.sdk.launch.sweeps.utils import load_sweep_config
+
+    from poslab.cli import main
+
+    assert main(["sweep", "modality=vision", "logger.project=mine"]) == 0
+    path = tmp_path / "sweep.yaml"
+    path.write_text(capsys.readouterr().out)
+    config = load_sweep_config(str(path))
+    assert config["project"] == "mine" and config["method"] == "grid" and config["program"] == "poslab"
+    point = {k: v.get("value", (v.get("values") or [None])[0]) for k, v in config["parameters"].items()}
+    args = [f"{k}={v}" for k, v in point.items()]
+    command = [a for c in config["command"] for a in (args if c == "${args_no_hyphens}" else [c])]
+    env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PATH")} | {"PATH": "/usr/bin:/bin"}
+    out = subprocess.run([*command[:-len(args)], "--print-config", *args], capture_output=True, text=True, env=env,
+                         timeout=120)  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert "experiment: resolution" in out.stdout and f"name: {point['encoder']}" in out.stdout
+    assert "project: mine" in out.stdout

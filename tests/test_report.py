@@ -14,6 +14,7 @@ from poslab.errors import ConfigError, PoslabError
 from poslab.modalities.text import report as text_report
 from poslab.modalities.timeseries import report as timeseries_report
 from poslab.report import aggregate, build_report, find_summaries, group_runs
+from tests.wandb_files import read_offline_run
 
 
 def fake_summary(root: Path, encoder: str, seed: int, metrics: dict, lr: float = 1e-3) -> Path:
@@ -161,10 +162,29 @@ def test_compare_end_to_end_resumes_and_logs_a_report_run(tiny, tmp_path):
     assert [o.status for o in first["outcomes"]] == ["trained", "trained"]
     assert any(line.startswith("[2/2] sincos2d seed 0:") and "ETA" in line for line in lines)
     assert first["report"].exists()
-    assert any("W&B report run (offline): wandb sync" in line for line in lines)
     runs_root = Path(next(o for o in tiny if o.startswith("run.root=")).split("=", 1)[1])
     report_runs = list(runs_root.glob("wandb/offline-run-*"))
     assert len(report_runs) == 1 and list(report_runs[0].glob("files/media/table/**/*.table.json"))
+    # one line syncs every W&B run of the comparison: both training runs and the report run
+    (sync,) = [line.split(": ", 1)[1] for line in lines if line.startswith("W&B ran offline; to upload every run")]
+    folders = sync.split()[2:]
+    assert sync.startswith("wandb sync ") and len(folders) == 3 and str(report_runs[0]) in folders
+    assert all(Path(f).name.startswith("offline-run-") for f in folders)
+    offline = read_offline_run(report_runs[0])
+    table = offline.summary["compare/table"]
+    wide = json.loads((report_runs[0] / "files" / table["path"]).read_text())
+    assert [row[0] for row in wide["data"]] == ["none", "sincos2d"]  # a row per encoder
+    for column in ("runs", "params", "test/acc mean", "test/acc std", "test/acc n", "expectations_held"):
+        assert column in wide["columns"], column
+    acc = wide["columns"].index("test/acc mean")
+    tested = {s.encoder: s.metrics["test/acc"] for s in find_summaries([runs_root])}
+    assert [row[acc] for row in wide["data"]] == [tested["none"], tested["sincos2d"]]
+    for metric in ("test/acc", "val/acc_best", "test/loss"):  # the modality's headline metrics: a bar chart each
+        assert f"compare/{metric}_bar_table" in offline.summary, metric
+    (artifact,) = [a for a in offline.artifacts if a.type == "report"]
+    files = {entry.path for entry in artifact.manifest.contents}
+    assert artifact.type == "report" and "report.md" in files and any(f.endswith(".png") for f in files)
+    assert sum(f.startswith("runs/vision/") and f.endswith("/summary.json") for f in files) == 2
     logged = {p.name.split("_table_")[0] for p in report_runs[0].glob("files/media/table/compare/*.table.json")}
     assert {"resolution_rescaled_overlay", "resolution_raw_overlay"} <= logged  # the default experiment's curves
     assert list(report_runs[0].glob("files/media/images/compare/figure/*.png"))

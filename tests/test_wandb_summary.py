@@ -111,20 +111,20 @@ def test_the_best_value_of_the_monitored_metric_is_wandbs_summary_and_probe_metr
     assert offline.metric("test/*").options.hidden
     assert not offline.metric("train/loss") or not offline.metric("train/loss").options.hidden
     # the measured curve has its own axis: accuracy against the image size
-    curve = offline.metric("resolution/acc/raw")
-    assert curve.step_metric == "resolution/image_size"
-    assert offline.logged("resolution/image_size") == [56]
-    assert offline.logged("resolution/acc/raw") == [summary["metrics"]["resolution/acc@56/raw"]]
+    curve = offline.metric("resolution/curve/acc/raw")
+    assert curve.step_metric == "resolution/curve/image_size"
+    assert offline.logged("resolution/curve/image_size") == [56]
+    assert offline.logged("resolution/curve/acc/raw") == [summary["metrics"]["resolution/acc@56/raw"]]
 
 
 def test_the_text_length_curve_is_logged_against_the_length(request):
     summary = train(compose(wandb_overrides(request, "text", ["eval.multiples=[1,2]", "eval.rope_scaling=[yarn]"])))
     offline = read_offline_run(summary["wandb"]["dir"])
-    assert offline.logged("lengen/length") == [16, 32]
-    assert offline.logged("lengen/loss/yarn") == [summary["metrics"]["lengen/loss@1x/yarn"],
+    assert offline.logged("lengen/curve/length") == [16, 32]
+    assert offline.logged("lengen/curve/loss/yarn") == [summary["metrics"]["lengen/loss@1x/yarn"],
                                                   summary["metrics"]["lengen/loss@2x/yarn"]]  # fmt: skip
-    assert offline.metric("lengen/loss").step_metric == "lengen/length"
-    assert "lengen/loss" not in offline.summary  # the curve's points are columns already (@1x, @2x)
+    assert offline.metric("lengen/curve/loss").step_metric == "lengen/curve/length"
+    assert "lengen/curve/loss" not in offline.summary  # the curve's points are columns already (@1x, @2x)
 
 
 def test_a_run_prints_its_own_lines_and_only_warnings_from_wandb(tmp_path, data_root):

@@ -50,8 +50,23 @@ def records(path: str | Path) -> list:
     return out
 
 
-def _key(item) -> str:
-    return item.key or "/".join(item.nested_key)
+def _path(item) -> list[str]:
+    """An item's key: one name, or a path into nested values (a logged table's ``path``, ``nrows`` …)."""
+    return [item.key] if item.key else list(item.nested_key)
+
+
+def _set(target: dict, item) -> None:
+    *parents, last = _path(item)
+    for name in parents:
+        target = target.setdefault(name, {})
+    target[last] = json.loads(item.value_json)
+
+
+def _remove(target: dict, item) -> None:
+    *parents, last = _path(item)
+    for name in parents:
+        target = target.get(name, {})
+    target.pop(last, None)
 
 
 @dataclass
@@ -85,18 +100,21 @@ def read_offline_run(run_dir: str | Path) -> OfflineRun:
         kind = record.WhichOneof("record_type")
         if kind == "summary":
             for item in record.summary.update:
-                out.summary[_key(item)] = json.loads(item.value_json)
+                _set(out.summary, item)
             for item in record.summary.remove:
-                out.summary.pop(_key(item), None)
+                _remove(out.summary, item)
         elif kind == "history":
-            out.history.append({_key(i): json.loads(i.value_json) for i in record.history.item})
+            row: dict[str, Any] = {}
+            for item in record.history.item:
+                _set(row, item)
+            out.history.append(row)
         elif kind == "metric":
             out.metrics.append(record.metric)
         elif kind == "artifact":
             out.artifacts.append(record.artifact)
         elif kind == "config":
             for item in record.config.update:
-                out.config[_key(item)] = json.loads(item.value_json)
+                _set(out.config, item)
         elif kind == "run":
             out.run = record.run
     return out

@@ -24,6 +24,7 @@ examples:
   poslab train modality=text encoder=alibi       text: length generalisation at 1x..8x the context
   poslab compare modality=vision seeds=3         every vision encoder x 3 seeds, then a report
   poslab report runs/text                        Markdown + PNG report from summary.json files
+  poslab dashboard 20261201-101500-ab12          a W&B workspace + report for that comparison (online)
   poslab list                                    modalities and their encoders
   poslab bench --lengths 256 1024 2048          encoder step time / memory vs none
   poslab show rope layout=interleaved --json     what an encoder does to positions: PNG + numbers
@@ -37,7 +38,9 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    sub = parser.add_subparsers(dest="command", metavar="{train,eval,compare,report,list,bench,show,new,sweep}")
+    sub = parser.add_subparsers(
+        dest="command", metavar="{train,eval,compare,report,dashboard,list,bench,show,new,sweep}"
+    )
     train = sub.add_parser("train", help="train one model (key=value overrides)")
     train.add_argument("overrides", nargs="*", metavar="key=value")
     train.add_argument("--print-config", action="store_true", help="print the resolved config and exit")
@@ -59,6 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("bench", help="time and memory of each 1D encoder against none (--lengths, --batch, ...)")
     sub.add_parser("show", help="draw what an encoder does: ENCODER [key=value ...] [--modality --length --out --json]")
     sub.add_parser("new", help="stub files: encoder NAME --hook HOOK [--reads F] | dataset NAME --modality M")
+    sub.add_parser("dashboard", help="save a W&B workspace + report for one comparison (online): COMPARE_ID")
     sub.add_parser("sweep", help="print a W&B grid sweep: modality=M [experiment=X] [encoders=[a,b]] [seeds=N]")
     return parser
 
@@ -77,6 +81,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from poslab.sweep import main as sweep_main
 
         return sweep_main(argv[1:])
+    if argv[:1] == ["dashboard"]:
+        from poslab.dashboard import main as dashboard_main
+
+        return dashboard_main(argv[1:])
     if argv[:1] == ["new"]:
         from poslab.scaffold import main as new_main
 

@@ -132,7 +132,12 @@ def compare(
 
         report = build_report(run_dirs, reports, title=f"{modality}: comparison {compare_id}")
         echo(f"report: {report}")
-        log_report_run(grid[0][2], compare_id, run_dirs, echo, report_dir=report.parent)
+        report_run = log_report_run(grid[0][2], compare_id, run_dirs, echo, report_dir=report.parent)
+        sync = sync_command(run_dirs, report_run)
+        if sync:
+            echo(f"W&B ran offline; to upload every run of this comparison: {sync}")
+        if cfg_logs_to_wandb(grid[0][2]):
+            echo(f"W&B: runs tagged compare:{compare_id}; online, `poslab dashboard {compare_id}` saves a workspace")
     failed = [o for o in outcomes if o.status == "failed"]
     if failed:
         echo(f"{len(failed)} run(s) failed: " + "; ".join(f"{o.encoder} seed {o.seed}: {o.error}" for o in failed))
@@ -148,22 +153,78 @@ def overlay_series(groups) -> dict[str, tuple[str, str, dict[str, dict[int, floa
     return overlays(groups) if overlays else {}
 
 
+def cfg_logs_to_wandb(cfg) -> bool:
+    from poslab.loggers import resolve_wandb_mode
+
+    return cfg.logger.name == "wandb" and resolve_wandb_mode(cfg.logger.mode) != "disabled"
+
+
+def wide_table(groups) -> tuple[list[str], list[list[Any]]]:
+    """A row per encoder (× variant): runs, parameters, step time, then mean / std / n of every metric the
+    report shows, and whether the expectations that apply to it held (True / False, None: not measured)."""
+    from poslab.report import check_expectations, metric_columns
+
+    columns = metric_columns(groups)
+    verdicts: dict[str, list] = {}
+    for text, label, held, detail in check_expectations(groups):
+        verdicts.setdefault(label, []).append((text, held, detail))
+    header = ["encoder", "runs", "params", "ms_per_step"]
+    header += [f"{c} {part}" for c in columns for part in ("mean", "std", "n")]
+    header += ["expectations_held", "expectations"]
+    rows = []
+    for g in groups:
+        step = g.stat("perf/train_step_ms")
+        row = [g.label, len(g.runs), g.mean_of("num_params"), step.mean if step else None]
+        for c in columns:
+            s = g.stat(c)
+            row += [s.mean, s.std, s.n] if s is not None else [None, None, 0]
+        mine = verdicts.get(g.label, [])
+        held = [h for _, h, _ in mine]
+        row.append(None if not mine or None in held else all(held))
+        row.append("; ".join(f"{text}: {'held' if h else 'not measured' if h is None else 'did not hold'} ({d})"
+                             for text, h, d in mine))  # fmt: skip
+        rows.append(row)
+    return header, rows
+
+
+def bar_series(groups) -> dict[str, list[list[Any]]]:
+    """Headline metric -> rows of (encoder, mean, std, n): one bar chart each."""
+    from poslab.modalities import get_modality
+
+    out = {}
+    for metric in get_modality(groups[0].modality).headline if groups else ():
+        rows = [[g.label, s.mean, s.std, s.n] for g in groups if (s := g.stat(metric)) is not None]
+        if rows:
+            out[metric] = rows
+    return out
+
+
+def sync_command(run_dirs: list[Path], report_run: str | None) -> str | None:
+    """One ``wandb sync`` of every offline W&B run of the comparison (its training runs and its report run)."""
+    import shlex
+
+    folders = [str(f) for d in run_dirs for f in sorted(Path(d).glob("wandb/offline-run-*"))]
+    folders += [report_run] if report_run else []
+    return "wandb sync " + " ".join(shlex.quote(f) for f in folders) if folders else None
+
+
 def log_report_run(
     cfg, compare_id: str, run_dirs: list[Path], echo=print, report_dir: Path | None = None
 ) -> str | None:
-    """One W&B run (``job_type=report``): comparison table, overlay charts and the report's figures."""
-    if cfg.logger.name != "wandb":
+    """One W&B run (``job_type=report``): the wide table (a row per encoder), a bar chart per headline
+    metric, the overlay line charts, the report's figures, and the report (Markdown, PNGs, every run's
+    ``summary.json``) as an artifact. Returns its local folder when it ran offline."""
+    if not cfg_logs_to_wandb(cfg):
         return None
     import wandb
 
-    from poslab.loggers import resolve_wandb_mode
-    from poslab.report import find_summaries, group_runs, metric_columns
+    from poslab.loggers import QUIET_SETTINGS, resolve_wandb_mode
+    from poslab.report import find_summaries, group_runs
 
     mode = resolve_wandb_mode(cfg.logger.mode)
-    if mode == "disabled":
-        return None
-    groups = group_runs(find_summaries(run_dirs))
-    columns = metric_columns(groups)
+    summaries = find_summaries(run_dirs)
+    groups = group_runs(summaries)
+    wandb.setup(wandb.Settings(**QUIET_SETTINGS))
     run = wandb.init(
         project=cfg.logger.project,
         entity=cfg.logger.entity,
@@ -173,15 +234,20 @@ def log_report_run(
         tags=[f"compare:{compare_id}", cfg.modality, "report"],
         dir=str(Path(cfg.run.root)),
         mode=mode,
-        config={"modality": cfg.modality, "compare_id": compare_id, "runs": len(run_dirs)},
+        config={
+            "modality": cfg.modality,
+            "compare_id": compare_id,
+            "runs": len(run_dirs),
+            "experiment": cfg.experiment,
+        },  # fmt: skip
+        settings=wandb.Settings(**QUIET_SETTINGS),
     )
-    rows = []
-    for g in groups:
-        for c in columns:
-            s = g.stat(c)
-            if s is not None:
-                rows.append([g.label, c, s.mean, s.std, s.n])
-    run.log({"compare/table": wandb.Table(columns=["encoder", "metric", "mean", "std", "n"], data=rows)})
+    header, rows = wide_table(groups)
+    run.log({"compare/table": wandb.Table(columns=header, data=rows)})
+    for metric, bars in bar_series(groups).items():
+        table = wandb.Table(columns=["encoder", "mean", "std", "n"], data=bars)
+        title = f"{metric}: mean over seeds (std and n in compare/table)"
+        run.log({f"compare/{metric}_bar": wandb.plot.bar(table, "encoder", "mean", title=title)})
     for key, (title, xname, series) in overlay_series(groups).items():
         names = list(series)
         chart = wandb.plot.line_series(
@@ -194,9 +260,25 @@ def log_report_run(
         run.log({key: chart})
     for png in sorted(report_dir.glob("*.png")) if report_dir else []:
         run.log({f"compare/figure/{png.stem}": wandb.Image(str(png))})
+    run.log_artifact(report_artifact(compare_id, summaries, report_dir))
     directory = str(Path(run.dir).parent) if mode == "offline" else None
     run.finish()
     wandb.teardown()
-    if directory:
-        echo(f"W&B report run (offline): wandb sync {directory}")
     return directory
+
+
+def report_artifact(compare_id: str, summaries, report_dir: Path | None):
+    """``compare-<id>`` (type ``report``): report.md, its figures, and each run's summary.json under
+    ``runs/<modality>/<run name>/``."""
+    import wandb
+
+    artifact = wandb.Artifact(f"compare-{compare_id}", type="report")
+    for path in sorted(report_dir.iterdir()) if report_dir else []:
+        if path.is_file():
+            artifact.add_file(str(path), name=path.name)
+    for summary in summaries:
+        artifact.add_file(
+            summary.path,
+            name=f"runs/{summary.modality}/{summary.run_name or Path(summary.path).parent.name}/summary.json",
+        )
+    return artifact

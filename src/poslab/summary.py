@@ -38,6 +38,7 @@ class RunSummary(Mapping):
     tables: dict[str, dict] = field(default_factory=dict)  # key -> {"columns": [...], "rows": [[...]]}
     figures: dict[str, str] = field(default_factory=dict)  # key -> PNG path relative to the run
     history: dict[str, list] = field(default_factory=dict)  # key -> [[step, value], ...]
+    curves: dict[str, list[str]] = field(default_factory=dict)  # axis -> keys logged against it
     checkpoints: dict[str, str | None] = field(default_factory=dict)
     checkpoint_sha256: dict[str, str | None] = field(default_factory=dict)
     num_params: int | None = None

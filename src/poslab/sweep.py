@@ -3,12 +3,13 @@
 The grid is what ``poslab compare`` would run — the experiment's
 ``compare_encoders`` or every registered encoder that fits the modality, times
 ``compare_seeds`` — so a new encoder joins the sweeps with no edit. The
-metric is the one the task picks its best checkpoint by; each agent call runs
-``<this command> train key=value …``.
+metric is the best score of the metric the task picks its best checkpoint by (``val/acc_best``); each agent
+call runs ``<this interpreter> -m poslab train key=value …``, into the logger's project (and entity).
 """
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 
@@ -37,12 +38,19 @@ def sweep_config(modality: str, encoders: list[str] | None = None, seeds: int | 
             parameters[key] = {"value": value}
     parameters["encoder"] = {"values": list(dict.fromkeys(c.encoder.name for _, _, c in grid))}
     parameters["seed"] = {"values": sorted({seed for _, seed, _ in grid})}
+    config = {"project": cfg.logger.project}
+    if cfg.logger.entity:
+        config["entity"] = cfg.logger.entity
     return {
-        "program": package,
+        **config,
+        "program": package,  # the agent reads it even when the command does not use ${program}
         "method": "grid",
-        "metric": {"name": metric, "goal": "maximize" if mode == "max" else "minimize"},
+        # the best checkpoint's score: a plain number in every run's W&B summary (the monitored metric's own
+        # summary holds {best, last}, which a sweep cannot rank)
+        "metric": {"name": f"{metric}_best", "goal": "maximize" if mode == "max" else "minimize"},
         "parameters": parameters,
-        "command": [package, "train", "${args_no_hyphens}"],
+        # this interpreter's own path: the agent runs poslab from its venv without activating it
+        "command": [sys.executable, "-m", package, "train", "${args_no_hyphens}"],
     }
 
 

@@ -315,7 +315,8 @@ def build_summary(kind, cfg, run_dir, name, trainer, task, reporters, metrics, c
 
     from poslab.loggers import resolve_wandb_mode, wandb_info
 
-    merged: dict[str, dict[str, Any]] = {"metrics": dict(metrics), "tables": {}, "figures": {}, "history": {}}
+    merged: dict[str, dict[str, Any]] = {"metrics": dict(metrics), "tables": {}, "figures": {}, "history": {},
+                                         "curves": {}}  # fmt: skip
     for reporter in reporters:
         for section, values in getattr(reporter, "report", {}).items():
             merged[section].update(values)
@@ -332,6 +333,7 @@ def build_summary(kind, cfg, run_dir, name, trainer, task, reporters, metrics, c
         tables=merged["tables"],
         figures=merged["figures"],
         history=merged["history"],
+        curves=merged["curves"],
         checkpoints=checkpoints,
         checkpoint_sha256={
             k: recorded_digest(Path(run_dir) / v) for k, v in checkpoints.items() if k != "source" and v

@@ -106,9 +106,18 @@ def test_irregular_probe_moves_index_positions_not_timestamps():
     dm = datamodule()
     longer = irregular_lookback(336, 0.2)
     assert longer == 420
-    batch = dm.as_batch(next(iter(dm.loader("test", lookback=longer))))
+    raw = next(iter(dm.loader("test", lookback=longer)))
+    batch = dm.as_batch(raw)
     keep = 336
-    probed = drop_steps(batch, keep, torch.Generator().manual_seed(0))
+    probed = drop_steps(batch, keep)
+    assert torch.equal(drop_steps(batch, keep)["past"], probed["past"])  # the same draw every time
+    # a window keeps the same steps in any batch: drawn from its own timestamp, not the batch's order
+    alone = drop_steps(dm.as_batch([t[3:4] for t in raw]), keep)
+    torch.testing.assert_close(alone["pos_past"].times[0], probed["pos_past"].times[3])
+    assert not torch.equal(
+        probed["pos_past"].times[0] - probed["pos_past"].times[0, 0],
+        probed["pos_past"].times[1] - probed["pos_past"].times[1, 0],
+    )  # each window its own
     assert probed["past"].shape[1] == keep
     assert torch.equal(probed["pos_past"].steps, torch.arange(keep))  # recounted: now wrong
     times = probed["pos_past"].times

@@ -24,7 +24,7 @@ from torchmetrics import MeanMetric, Metric
 
 from poslab import plots
 from poslab.errors import PoslabError
-from poslab.loggers import hide_from_panels, log_figure, log_final, log_table
+from poslab.loggers import hide_from_panels, log_curve, log_figure, log_final, log_table
 
 
 @dataclass
@@ -187,6 +187,15 @@ class RunReport:
         if trainer.is_global_zero:
             log_table(trainer.logger, key, columns, rows)
         self.report["tables"][key] = {"columns": columns, "rows": rows}
+
+    def add_curve(self, trainer: L.Trainer, axis: str, points: dict[float, dict[str, float]]) -> None:
+        """Curves against their own axis (x -> {key: y}), logged (:func:`poslab.loggers.log_curve`) and
+        recorded as ``axis -> keys``, so a dashboard knows what to draw against what."""
+        if not points:
+            return
+        log_curve(trainer, axis, points)
+        keys = sorted({k for values in points.values() for k in values})
+        self.report.setdefault("curves", {})[axis] = keys
 
 
 class Evaluation(RunReport):

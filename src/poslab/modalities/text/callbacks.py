@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from poslab import plots
 from poslab.evaluation.probes import Evaluation, Probe
-from poslab.loggers import log_curve, log_line_chart
+from poslab.loggers import log_line_chart
 
 
 class LengthGeneralization(Evaluation):
@@ -64,8 +64,8 @@ class LengthGeneralization(Evaluation):
             series.setdefault(variant, [None] * len(multiples))[multiples.index(m)] = values.get(metric)
             suffix = "" if variant == BASE else f"/{variant}"
             for name, value in values.items():
-                curve.setdefault(m * context, {})[f"lengen/{name}{suffix}"] = value
-        log_curve(trainer, "lengen/length", curve)
+                curve.setdefault(m * context, {})[f"lengen/curve/{name}{suffix}"] = value
+        self.add_curve(trainer, "lengen/curve/length", curve)
         if trainer.is_global_zero:
             log_line_chart(trainer.logger, f"lengen/{metric}_curve", lengths, series, f"{metric} vs context length")
         title = f"{task.encoder.name}: {metric} vs length (trained at {context})"

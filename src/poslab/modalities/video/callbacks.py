@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from poslab.evaluation.probes import Evaluation, Probe
-from poslab.loggers import log_curve
 
 
 class ExtrapolationProbe(Evaluation):
@@ -12,7 +11,7 @@ class ExtrapolationProbe(Evaluation):
     test pass each (``temporal/acc@16f/raw``, ``spatial/acc@64px/rescaled``)."""
 
     #: family -> (data key changed, axis of its curve)
-    FAMILIES = {"temporal": ("frames", "temporal/frames"), "spatial": ("canvas", "spatial/canvas_px")}
+    FAMILIES = {"temporal": ("frames", "temporal/curve/frames"), "spatial": ("canvas", "spatial/curve/canvas_px")}
 
     def __init__(self, cfg) -> None:
         super().__init__()
@@ -45,8 +44,8 @@ class ExtrapolationProbe(Evaluation):
             acc = result.metrics.get(probe.key.format("acc"))
             rows.append([family, f"{n}{'f' if family == 'temporal' else 'px'}", mode, acc])
             if acc is not None:
-                curves.setdefault(family, {}).setdefault(n, {})[f"{family}/acc/{mode}"] = acc
+                curves.setdefault(family, {}).setdefault(n, {})[f"{family}/curve/acc/{mode}"] = acc
         self.add_table(trainer, "probe/acc", ["probe", "size", "coords", "acc"], rows)
         self.add_notes(trainer, "probe/notes", results, "acc")
         for family, points in curves.items():
-            log_curve(trainer, self.FAMILIES[family][1], points)
+            self.add_curve(trainer, self.FAMILIES[family][1], points)

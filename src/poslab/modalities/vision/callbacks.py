@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from poslab.evaluation.probes import Evaluation, Probe
-from poslab.loggers import log_curve
 
 
 class ResolutionReport(Evaluation):
@@ -36,7 +35,7 @@ class ResolutionReport(Evaluation):
             (size, mode), acc = probe.tag, result.metrics.get(probe.key.format("acc"))
             rows.append([size, mode, acc])
             if acc is not None:
-                curve.setdefault(size, {})[f"resolution/acc/{mode}"] = acc
+                curve.setdefault(size, {})[f"resolution/curve/acc/{mode}"] = acc
         self.add_table(trainer, "resolution/acc", ["image_size", "coords", "acc"], rows)
         self.add_notes(trainer, "resolution/notes", results, "acc")
-        log_curve(trainer, "resolution/image_size", curve)
+        self.add_curve(trainer, "resolution/curve/image_size", curve)
