@@ -46,6 +46,13 @@ def test_eval_needs_a_checkpoint():
     assert out.returncode != 0 and "make eval needs CKPT=" in out.stderr
 
 
+def test_dashboard_passes_the_comparison_id_and_needs_it():
+    out = make("-n", "dashboard", "ID=20261201-101500-ab12", "ARGS=--project mine")
+    assert out.stdout.split()[-4:] == ["dashboard", "20261201-101500-ab12", "--project", "mine"]
+    missing = make("dashboard")
+    assert missing.returncode != 0 and "make dashboard needs ID=" in missing.stderr
+
+
 def test_help_lists_targets_and_encoders():
     out = make("help")
     for target in ("install", "test", "test-all", "train", "eval", "clean"):

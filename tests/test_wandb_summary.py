@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from poslab.config import compose
+from poslab.config import compose, config_dir
 from poslab.modalities import available_modalities
 from poslab.train import train
-from tests.conftest import TINY
+from tests.conftest import SHARED_DATA, TINY
 from tests.wandb_files import read_offline_run, records
 
 #: Per modality: (settings that add its end-of-run probes to the tiny run, one experiment of it with what
@@ -140,3 +140,31 @@ def test_a_run_prints_its_own_lines_and_only_warnings_from_wandb(tmp_path, data_
     assert "wandb:" not in printed, [line for line in printed.splitlines() if "wandb:" in line]
     last = [line for line in out.stdout.splitlines() if line.strip()][-4:]
     assert [line.split(":")[0].split(" ")[0] for line in last] == ["run", "metrics", "wall", "W&B"]
+
+
+EXPERIMENTS = sorted(p.stem for p in (config_dir() / "experiment").glob("*.yaml"))
+
+
+def shrunk_experiment(request, name: str) -> list[str]:
+    """The experiment on its modality's tiny run: a sequence task keeps its own data (not the corpus), a
+    dataset the experiment names is read from the shared copy, and each probe it sets runs."""
+    cfg = compose([f"experiment={name}"])
+    tiny = [o for o in request.getfixturevalue(TINY[cfg.modality]) if not o.startswith("logger=")]
+    extra = [f"experiment={name}"]
+    names_a_dataset = cfg.data.name != compose([f"modality={cfg.modality}"]).data.name
+    if cfg.task.name == "sequence" or names_a_dataset:
+        tiny = [o for o in tiny if not o.startswith(("data=", "data.path=", "data.context="))]
+    if names_a_dataset and cfg.task.name != "sequence":
+        if not SHARED_DATA.is_dir():
+            pytest.skip(f"experiment {name} reads {cfg.data.name}, which is in ../shared/data only")
+        extra.append(f"data.root={SHARED_DATA}")
+    if cfg.task.name == "sequence":
+        extra += ["data.eval_sequences=32", "trainer.max_steps=4", "trainer.val_check_interval=2"]
+    return [*tiny, *extra, "trainer.max_epochs=1", "logger=wandb", "logger.mode=offline"]
+
+
+@pytest.mark.parametrize("name", EXPERIMENTS)
+def test_every_experiments_summary_scalars_are_in_the_wandb_summary(request, name):
+    summary = train(compose(shrunk_experiment(request, name)))
+    assert summary["config"]["experiment"] == name
+    assert_all_scalars_in_wandb(summary)
