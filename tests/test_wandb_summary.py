@@ -117,8 +117,20 @@ def test_the_best_value_of_the_monitored_metric_is_wandbs_summary_and_probe_metr
     assert offline.logged("resolution/curve/acc/raw") == [summary["metrics"]["resolution/acc@56/raw"]]
 
 
-def test_the_text_length_curve_is_logged_against_the_length(request):
+def test_the_text_length_curve_is_logged_against_the_length(request, monkeypatch):
+    import poslab.modalities.text.lengen as lengen
+
+    swapped, real = [], lengen.encoder_swapped
+
+    def spy(backbone, encoder):  # what each extension's pass runs the backbone with
+        swapped.append((encoder.scaling.type, encoder.scaling.factor))
+        return real(backbone, encoder)
+
+    monkeypatch.setattr(lengen, "encoder_swapped", spy)
     summary = train(compose(wandb_overrides(request, "text", ["eval.multiples=[1,2]", "eval.rope_scaling=[yarn]"])))
+    assert swapped == [("yarn", 2.0)]  # at 2x only: 1x is the trained model itself
+    metrics = summary["metrics"]
+    assert metrics["lengen/loss@1x/yarn"] == metrics["lengen/loss@1x"]
     offline = read_offline_run(summary["wandb"]["dir"])
     assert offline.logged("lengen/curve/length") == [16, 32]
     assert offline.logged("lengen/curve/loss/yarn") == [summary["metrics"]["lengen/loss@1x/yarn"],

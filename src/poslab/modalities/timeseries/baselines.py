@@ -41,25 +41,17 @@ def predict_ridge(weights: torch.Tensor, past: torch.Tensor) -> torch.Tensor:
     return (x @ weights).float().reshape(batch, channels, -1).permute(0, 2, 1)
 
 
-def errors(pred: torch.Tensor, target: torch.Tensor) -> dict[str, float]:
-    return {"mse": (pred - target).pow(2).mean().item(), "mae": (pred - target).abs().mean().item()}
-
-
-def all_baselines(
-    past: torch.Tensor,
-    future: torch.Tensor,
-    train_past: torch.Tensor,
-    train_future: torch.Tensor,
-    seasons: dict[str, int],
-    ridge: float,
-) -> dict[str, dict[str, float]]:
-    """name -> {mse, mae}; a seasonal baseline whose season exceeds the lookback is left out."""
+def forecast_errors(
+    past: torch.Tensor, future: torch.Tensor, seasons: dict[str, int], ridge_weights: torch.Tensor
+) -> dict[str, torch.Tensor]:
+    """name -> each baseline's forecast minus ``future`` (``[N, H, C]``); a seasonal baseline whose season
+    exceeds the lookback is left out. ``ridge_weights``: :func:`fit_ridge` on the training windows."""
     horizon = future.shape[1]
-    out = {"repeat_last": errors(repeat_last(past, horizon), future)}
+    out = {"repeat_last": repeat_last(past, horizon) - future}
     for name, period in seasons.items():
         if past.shape[1] >= period:
-            out[f"seasonal_naive_{name}"] = errors(seasonal_naive(past, horizon, period), future)
-    out["linear"] = errors(predict_ridge(fit_ridge(train_past, train_future, ridge), past), future)
+            out[f"seasonal_naive_{name}"] = seasonal_naive(past, horizon, period) - future
+    out["linear"] = predict_ridge(ridge_weights.to(past.device), past) - future
     return out
 
 

@@ -69,30 +69,13 @@ class ForecastReport(Evaluation):
             yield Probe(f"extrap/{{}}@{key}", dm.loader("test", *shape), on_longer, dm.as_batch, tag=key)
 
     def _baselines(self, dm, seasons, lookback=None, horizon=None):
-        """batch -> baseline name -> forecast error: the ridge map fitted (closed form) on the training
-        windows of this shape first; a seasonal naive forecast only where the lookback holds its season."""
-        from poslab.modalities.timeseries.baselines import (
-            fit_ridge,
-            predict_ridge,
-            repeat_last,
-            seasonal_naive,
-            stack_windows,
-        )
+        """batch -> baseline name -> forecast error, the ridge map fitted (closed form) on the training
+        windows of this shape first."""
+        from poslab.modalities.timeseries.baselines import fit_ridge, forecast_errors, stack_windows
 
         train_past, train_future, _ = stack_windows(dm.windows("train", lookback, horizon))
         weights = fit_ridge(train_past, train_future, self.ridge)
-
-        def errors(batch) -> dict[str, torch.Tensor]:
-            past, future = batch["past"], batch["future"]
-            steps = future.shape[1]
-            out = {"repeat_last": repeat_last(past, steps) - future}
-            for name, period in seasons.items():
-                if past.shape[1] >= period:
-                    out[f"seasonal_naive_{name}"] = seasonal_naive(past, steps, period) - future
-            out["linear"] = predict_ridge(weights.to(past.device), past) - future
-            return out
-
-        return errors
+        return lambda batch: forecast_errors(batch["past"], batch["future"], seasons, weights)
 
     def summarize(self, trainer, task, results) -> None:
         test = next(result for probe, result in results if probe.tag == "test")
