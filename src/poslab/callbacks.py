@@ -10,6 +10,7 @@ from __future__ import annotations
 import statistics
 import time
 from collections import deque
+from pathlib import Path
 from typing import Any
 
 import lightning as L
@@ -50,7 +51,36 @@ class FiniteLoss(L.Callback):
             )
 
 
-class PeriodicLast(ModelCheckpoint):
+class RunCheckpoint(ModelCheckpoint):
+    """Checkpoints that keep their names and follow their run directory.
+
+    A file of the same name is replaced, never joined by ``best-v1.ckpt`` / ``last-v1.ckpt``; and a run
+    directory that was moved or copied resumes with the state its checkpoint recorded, its paths rebased
+    onto the directory it is in now (Lightning otherwise drops the best score and paths when the
+    directory differs, so a resumed copy would start a second set of files and lose track of the best)."""
+
+    PATH_KEYS = ("best_model_path", "kth_best_model_path", "last_model_path")
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(enable_version_counter=False, **kwargs)
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        old, new = state_dict.get("dirpath"), self.dirpath
+        if old and new and old != new:
+
+            def rebase(path):
+                return str(Path(new) / Path(path).relative_to(old)) if path and str(path).startswith(old) else path
+
+            state_dict = {
+                **state_dict,
+                "dirpath": new,
+                **{k: rebase(state_dict.get(k)) for k in self.PATH_KEYS if k in state_dict},
+                "best_k_models": {rebase(k): v for k, v in state_dict.get("best_k_models", {}).items()},
+            }
+        super().load_state_dict(state_dict)
+
+
+class PeriodicLast(RunCheckpoint):
     """``last.ckpt`` every ``every_n_steps`` training steps, at the end, and when the run is interrupted.
 
     ``every_n_steps`` None: a tenth of the run's steps, so a kill loses at most

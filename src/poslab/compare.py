@@ -81,7 +81,15 @@ def compare(
     reports: str | Path = "reports",
     echo=print,
 ) -> dict[str, Any]:
-    """Run (or resume) the grid; returns the outcomes, the report path and the comparison id."""
+    """Run (or resume) the grid; returns the outcomes, the report path and the comparison id. A signal
+    stops it (:class:`RunInterrupted`), and the same command continues."""
+    from poslab import interrupts
+
+    with interrupts.handled():
+        return _compare(modality, encoders, seeds, overrides, reports, echo)
+
+
+def _compare(modality, encoders, seeds, overrides, reports, echo) -> dict[str, Any]:
     from poslab.train import train
 
     compare_id = f"{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
@@ -94,6 +102,10 @@ def compare(
         if (run_dir / "summary.json").exists():
             outcomes.append(Outcome(encoder, seed, run_dir, "skipped"))
             echo(f"{head}: already done ({run_dir}), skipped")
+            continue
+        if run_dir.exists() and run_in_use(run_dir):  # a second compare over the same runs trains it now
+            outcomes.append(Outcome(encoder, seed, run_dir, "skipped"))
+            echo(f"{head}: run directory {run_dir} is in use by another poslab process, skipped")
             continue
         cfg.logger.tags = [*cfg.logger.tags, f"compare:{compare_id}"]
         status = "trained"
@@ -126,6 +138,22 @@ def compare(
         result = f"failed: {outcome.error}" if outcome.error else f"{outcome.seconds:.0f} s"
         echo(f"{head}: {result} | elapsed {time.perf_counter() - started:.0f} s, ETA {eta:.0f} s")
     run_dirs = [o.run_dir for o in outcomes if (o.run_dir / "summary.json").exists()]
+    try:
+        report = _report(grid, compare_id, modality, run_dirs, reports, echo)
+    except RunInterrupted as exc:
+        raise RunInterrupted(
+            f"{str(exc).split(';')[0]} while reporting; every run is done: rerun the same `poslab compare` command "
+            "to write the report",
+            exc.exit_code - 128,
+        ) from None
+    failed = [o for o in outcomes if o.status == "failed"]
+    if failed:
+        echo(f"{len(failed)} run(s) failed: " + "; ".join(f"{o.encoder} seed {o.seed}: {o.error}" for o in failed))
+    return {"id": compare_id, "outcomes": outcomes, "report": report}
+
+
+def _report(grid, compare_id: str, modality: str, run_dirs: list[Path], reports, echo) -> Path | None:
+    """The Markdown report and the W&B report run of the finished runs."""
     report = None
     if run_dirs:
         from poslab.report import build_report
@@ -138,10 +166,7 @@ def compare(
             echo(f"W&B ran offline; to upload every run of this comparison: {sync}")
         if cfg_logs_to_wandb(grid[0][2]):
             echo(f"W&B: runs tagged compare:{compare_id}; online, `poslab dashboard {compare_id}` saves a workspace")
-    failed = [o for o in outcomes if o.status == "failed"]
-    if failed:
-        echo(f"{len(failed)} run(s) failed: " + "; ".join(f"{o.encoder} seed {o.seed}: {o.error}" for o in failed))
-    return {"id": compare_id, "outcomes": outcomes, "report": report}
+    return report
 
 
 def overlay_series(groups) -> dict[str, tuple[str, str, dict[str, dict[int, float]]]]:
@@ -218,30 +243,37 @@ def log_report_run(
         return None
     import wandb
 
-    from poslab.loggers import QUIET_SETTINGS, resolve_wandb_mode
+    from poslab.loggers import effective_wandb_mode, resolve_wandb_mode, start_run_with_fallback, wandb_settings
     from poslab.report import find_summaries, group_runs
 
     mode = resolve_wandb_mode(cfg.logger.mode)
     summaries = find_summaries(run_dirs)
     groups = group_runs(summaries)
-    wandb.setup(wandb.Settings(**QUIET_SETTINGS))
-    run = wandb.init(
-        project=cfg.logger.project,
-        entity=cfg.logger.entity,
-        job_type="report",
-        group=f"compare-{compare_id}",
-        name=f"report-{cfg.modality}-{compare_id}",
-        tags=[f"compare:{compare_id}", cfg.modality, "report"],
-        dir=str(Path(cfg.run.root)),
-        mode=mode,
-        config={
+    init = {
+        "project": cfg.logger.project,
+        "entity": cfg.logger.entity,
+        "job_type": "report",
+        "group": f"compare-{compare_id}",
+        "name": f"report-{cfg.modality}-{compare_id}",
+        "tags": [f"compare:{compare_id}", cfg.modality, "report"],
+        "dir": str(Path(cfg.run.root)),
+        "config": {
             "modality": cfg.modality,
             "compare_id": compare_id,
             "runs": len(run_dirs),
             "experiment": cfg.experiment,
         },  # fmt: skip
-        settings=wandb.Settings(**QUIET_SETTINGS),
-    )
+    }
+
+    def start(mode: str):
+        wandb.setup(wandb_settings())
+        try:
+            return wandb.init(**init, mode=mode, settings=wandb_settings())
+        except BaseException:
+            wandb.teardown()  # nothing half-started for the offline retry
+            raise
+
+    run, mode = start_run_with_fallback(start, effective_wandb_mode(mode), Path(cfg.run.root) / "wandb")
     header, rows = wide_table(groups)
     run.log({"compare/table": wandb.Table(columns=header, data=rows)})
     for metric, bars in bar_series(groups).items():

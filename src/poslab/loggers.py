@@ -94,18 +94,37 @@ def build_logger(cfg: Any, run_dir: Path, run_name: str, job_type: str = "train"
         from lightning.pytorch.loggers import TensorBoardLogger
 
         return TensorBoardLogger(save_dir=run_dir, name="tensorboard", version="", default_hp_metric=False)
-    global _online_failure
-
     env = os.environ.get("WANDB_MODE")
     if env is not None and env.lower() not in (*WANDB_MODES, "dryrun", "run", ""):
         from poslab.errors import ConfigError
 
         raise ConfigError(f"WANDB_MODE={env} is not a W&B mode; valid: {', '.join(WANDB_MODES)}")
-    mode = resolve_wandb_mode(cfg.logger.mode)
-    if mode == "online" and _online_failure:
-        mode = "offline"
+    mode = effective_wandb_mode(resolve_wandb_mode(cfg.logger.mode))
+    logger, _ = start_run_with_fallback(
+        lambda m: _start_wandb(cfg, run_dir, run_name, job_type, wandb_id, m), mode, Path(run_dir) / "wandb"
+    )
+    return logger
+
+
+def effective_wandb_mode(mode: str) -> str:
+    """``online`` after online W&B failed once in this process is ``offline`` (a comparison's later runs and
+    its report run do not wait for the server again)."""
+    return "offline" if mode == "online" and _online_failure else mode
+
+
+def wandb_settings():
+    """A run's W&B settings: ``wandb.init`` bounded by :data:`INIT_TIMEOUT_S`, a quiet console."""
+    import wandb
+
+    return wandb.Settings(init_timeout=INIT_TIMEOUT_S, **QUIET_SETTINGS)
+
+
+def start_run_with_fallback(start, mode: str, folder: Path):
+    """``(start(mode), mode)``; an online start that fails (no network, no server) falls back to offline with
+    one line saying how to upload later, and the process stays offline from then on."""
+    global _online_failure
     try:
-        return _start_wandb(cfg, run_dir, run_name, job_type, wandb_id, mode)
+        return start(mode), mode
     except Exception as exc:
         if mode != "online":
             from poslab.errors import PoslabError
@@ -116,10 +135,10 @@ def build_logger(cfg: Any, run_dir: Path, run_name: str, job_type: str = "train"
 
         print(
             f"poslab: W&B could not start online ({_online_failure}); this run logs offline — "
-            f"upload it later with `wandb sync {Path(run_dir) / 'wandb'}/offline-run-*`",
+            f"upload it later with `wandb sync {folder}/offline-run-*`",
             file=sys.stderr,
         )
-        return _start_wandb(cfg, run_dir, run_name, job_type, wandb_id, "offline")
+        return start("offline"), "offline"
 
 
 #: W&B's settings for a quiet console: no banner, offline hints or history footer (``quiet``; the info lines
@@ -150,7 +169,7 @@ def _start_wandb(cfg: Any, run_dir: Path, run_name: str, job_type: str, wandb_id
         log_model=cfg.logger.log_model and mode == "online",
         mode=mode,
         config=flat_columns(cfg),
-        settings=wandb.Settings(init_timeout=INIT_TIMEOUT_S, **QUIET_SETTINGS),
+        settings=wandb_settings(),
         **({"id": wandb_id, "resume": "allow"} if wandb_id else {}),
     )
     # Lightning always passes W&B's deprecated ``anonymous`` argument (None by default), which makes W&B warn

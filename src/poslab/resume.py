@@ -62,7 +62,7 @@ def resumed_config(cfg: DictConfig, overrides: list[str] | tuple[str, ...]) -> D
     from poslab.config import recompose, to_dict
 
     run_dir = find_run(cfg)
-    stored = OmegaConf.to_container(OmegaConf.load(run_dir / CONFIG_FILE), resolve=True)
+    stored = stored_config(run_dir, cfg.resume)
     stored_cfg = OmegaConf.create(stored)
     rest, changed = [], []
     for item in overrides:
@@ -75,7 +75,10 @@ def resumed_config(cfg: DictConfig, overrides: list[str] | tuple[str, ...]) -> D
                 changed.append((IDENTITY[key], now, value))
             continue
         rest.append(item)
-    new = recompose(stored, rest, fixed=())
+    try:
+        new = recompose(stored, rest, fixed=())
+    except ConfigError as exc:
+        raise ConfigError(f"resume={cfg.resume}: {CONFIG_FILE} does not make a valid config: {exc}") from None
     changed += [
         (k, OmegaConf.select(stored_cfg, k), OmegaConf.select(new, k))
         for k in differing_keys(stored, to_dict(new))
@@ -94,6 +97,19 @@ def resumed_config(cfg: DictConfig, overrides: list[str] | tuple[str, ...]) -> D
     return new
 
 
+def stored_config(run_dir: Path, target: Any) -> dict[str, Any]:
+    """The run's ``config.yaml`` as a dict; unreadable or not a poslab config is one line."""
+    from poslab.errors import first_line
+
+    try:
+        stored = OmegaConf.to_container(OmegaConf.load(run_dir / CONFIG_FILE), resolve=True)
+    except Exception as exc:  # YAML syntax, interpolation, a binary file
+        raise ConfigError(f"resume={target}: {run_dir / CONFIG_FILE} is unreadable ({first_line(exc)})") from None
+    if not isinstance(stored, dict) or not all(isinstance(stored.get(k), dict) for k in ("encoder", "run", "logger")):
+        raise ConfigError(f"resume={target}: {run_dir / CONFIG_FILE} is not a poslab run's config")
+    return stored
+
+
 def differing_keys(a: Any, b: Any, prefix: str = "") -> list[str]:
     """Dotted keys whose values differ between two nested dicts."""
     if isinstance(a, dict) and isinstance(b, dict):
@@ -104,12 +120,25 @@ def differing_keys(a: Any, b: Any, prefix: str = "") -> list[str]:
 
 def write_record(run_dir: Path, cfg: DictConfig, wandb_id: str) -> None:
     """``config.yaml`` and ``run.json``: what a later ``resume=`` reads."""
-    from poslab.rundir import write_json_atomic
+    from poslab.rundir import write_json_atomic, write_text_atomic
 
-    (run_dir / CONFIG_FILE).write_text(OmegaConf.to_yaml(cfg))
+    write_text_atomic(run_dir / CONFIG_FILE, OmegaConf.to_yaml(cfg))
     write_json_atomic(run_dir / RECORD_FILE, {"wandb_id": wandb_id})
 
 
 def read_record(run_dir: Path) -> dict[str, Any]:
+    """``run.json``; one that cannot be read is one line saying how to go on without it."""
+    from poslab.errors import DataError
+
     path = run_dir / RECORD_FILE
-    return json.loads(path.read_text()) if path.is_file() else {}
+    if not path.exists():
+        return {}
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise DataError(
+            f"{path} is unreadable ({type(exc).__name__}); remove it to continue the run in a new W&B run"
+        ) from None
+    if not isinstance(record, dict):
+        raise DataError(f"{path} is not a poslab run record; remove it to continue the run in a new W&B run")
+    return record

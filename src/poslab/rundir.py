@@ -124,6 +124,12 @@ def _write_atomic(path: Path, data: bytes) -> None:
         raise
 
 
+def write_text_atomic(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    _write_atomic(path, text.encode())
+    return path
+
+
 def write_json_atomic(path: Path, payload: dict[str, Any]) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     _write_atomic(path, (json.dumps(payload, indent=2, sort_keys=False, default=_jsonable) + "\n").encode())
@@ -195,11 +201,57 @@ def recorded_digest(path: str | Path) -> str | None:
 
 def verify_digest(path: str | Path) -> None:
     """A checkpoint whose bytes differ from the digest recorded when it was saved: one clear line. A save
-    cut between its replace and its digest left the new digest pending: that one matches too."""
+    cut between its replace and its digest left the new digest pending: that one matches too. Without a
+    digest (missing, empty, not a file) the checkpoint is verified by loading it (:func:`verify_by_loading`)."""
     path = Path(path)
     expected = {d for d in (recorded_digest(path), _digest_in(_beside(path, PENDING_SUFFIX))) if d}
-    if expected and file_sha256(path) not in expected:
+    if not expected:
+        verify_by_loading(path)
+        return
+    if file_sha256(path) not in expected:
         raise DataError(
             f"checkpoint {path} does not match the SHA-256 recorded when it was saved (corrupt or replaced); "
             f"expected {' or '.join(sorted(d[:12] + '…' for d in expected))}"
         )
+
+
+#: What training learned, in a Lightning checkpoint: every float in it must be finite (callbacks' states may
+#: hold an infinity on purpose: a checkpoint callback's best score before the first validation).
+LEARNED_STATE = ("state_dict", "optimizer_states")
+
+
+def verify_by_loading(path: Path) -> None:
+    """A checkpoint with no digest is read whole (tensors only, ``weights_only``) and every floating-point
+    tensor of :data:`LEARNED_STATE` — weights, optimiser moments — must be finite; otherwise it is refused
+    in one line."""
+    import torch
+
+    why = "has no SHA-256 beside it"
+    try:
+        payload = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # truncated, empty, not a checkpoint
+        from poslab.errors import first_line
+
+        reason = first_line(exc).split(". ")[0]
+        raise DataError(f"cannot read checkpoint {path}: {reason} (and it {why} to check it by)") from None
+    learned = {k: payload[k] for k in LEARNED_STATE if isinstance(payload, dict) and k in payload}
+    if not learned:
+        raise DataError(f"checkpoint {path} {why} and holds no model weights (not a poslab checkpoint); refusing it")
+    bad = [name for name, tensor in _tensors(learned) if tensor.is_floating_point() and not tensor.isfinite().all()]
+    if bad:
+        more = f" and {len(bad) - 1} more" if len(bad) > 1 else ""
+        raise DataError(f"checkpoint {path} {why} and holds non-finite values in {bad[0]}{more}; refusing it")
+
+
+def _tensors(value: Any, name: str = "") -> Iterator[tuple[str, Any]]:
+    """(dotted name, tensor) of every tensor in a nested checkpoint payload."""
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        yield name or "<root>", value
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            yield from _tensors(item, f"{name}.{key}" if name else str(key))
+    elif isinstance(value, list | tuple):
+        for index, item in enumerate(value):
+            yield from _tensors(item, f"{name}[{index}]")

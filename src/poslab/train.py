@@ -23,7 +23,7 @@ from typing import Any
 import torch
 from omegaconf import DictConfig
 
-from poslab import __version__
+from poslab import __version__, interrupts
 from poslab.config import recompose, to_dict
 from poslab.errors import ConfigError, NonFiniteLoss, PoslabError, RunInterrupted, first_line
 from poslab.loggers import define_summaries, log_final
@@ -54,7 +54,13 @@ logging.getLogger("lightning.pytorch.utilities.rank_zero").addFilter(_WithoutHos
 
 
 def train(cfg: DictConfig) -> dict[str, Any]:
-    """Fit, test the best checkpoint, report. Returns the summary it writes."""
+    """Fit, test the best checkpoint, report. Returns the summary it writes. A signal (SIGINT, SIGTERM,
+    SIGUSR1) in any phase ends it with :class:`RunInterrupted` (see :mod:`poslab.interrupts`)."""
+    with interrupts.handled():
+        return _train(cfg)
+
+
+def _train(cfg: DictConfig) -> dict[str, Any]:
     import os
 
     import lightning as L
@@ -94,7 +100,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
 
 def _fit_and_test(cfg, datamodule, task, run_dir: Path, name: str, logger: Any, start: float) -> dict[str, Any]:
     """Fit (from ``checkpoints/last.ckpt`` when resuming), test the best checkpoint, write the summary."""
-    from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint
+    from lightning.pytorch.callbacks import LearningRateMonitor
     from lightning.pytorch.utilities.exceptions import SIGTERMException
 
     from poslab.callbacks import (
@@ -102,12 +108,13 @@ def _fit_and_test(cfg, datamodule, task, run_dir: Path, name: str, logger: Any, 
         FiniteLoss,
         History,
         PeriodicLast,
+        RunCheckpoint,
         StepTimer,
         TrainingPosition,
     )
 
     monitor, mode = task.monitor
-    checkpoint = ModelCheckpoint(
+    checkpoint = RunCheckpoint(
         dirpath=run_dir / "checkpoints",
         filename="best",
         monitor=monitor,
@@ -126,19 +133,35 @@ def _fit_and_test(cfg, datamodule, task, run_dir: Path, name: str, logger: Any, 
     try:
         trainer.fit(task, datamodule=datamodule, ckpt_path=str(last) if cfg.resume else None, weights_only=False)
         interrupted = trainer.received_sigterm  # Lightning may also end the fit quietly after the signal
-    except SIGTERMException:
+    except (SIGTERMException, RunInterrupted):
         interrupted = True
-    if interrupted:
-        raise RunInterrupted(
-            f"interrupted by SIGTERM at step {trainer.global_step}; checkpoint saved, continue with: "
-            f"poslab train resume={run_dir}",
-            signal.SIGTERM,
+    if interrupted or interrupts.received():
+        raise interrupted_run(run_dir, f"at step {trainer.global_step}")
+    try:
+        return _test_and_report(cfg, datamodule, task, run_dir, name, trainer, checkpoint, periodic, start)
+    except (SIGTERMException, RunInterrupted):
+        raise interrupted_run(run_dir, "after training, while testing and evaluating") from None
+
+
+def interrupted_run(run_dir: Path, where: str) -> RunInterrupted:
+    """The one line an interrupted run ends with: the signal, where, and how to continue (exit 128 + signal)."""
+    number = interrupts.received() or signal.SIGTERM
+    name = signal.Signals(number).name
+    if (run_dir / LAST_CHECKPOINT).is_file():
+        return RunInterrupted(
+            f"interrupted by {name} {where}; checkpoint saved, continue with: poslab train resume={run_dir}", number
         )
+    return RunInterrupted(f"interrupted by {name} {where}, before any checkpoint; run the same command again", number)
+
+
+def _test_and_report(cfg, datamodule, task, run_dir, name, trainer, checkpoint, periodic, start) -> RunSummary:
+    monitor, _ = task.monitor
     fit_metrics = scalar_metrics(trainer.callback_metrics)
     # Lightning logs step metrics every trainer.log_every_n_steps: the last step's values, as summary.json has them
     log_final(trainer, {k: v for k, v in fit_metrics.items() if k.startswith("train/")}, columns=False)
     best = checkpoint.best_model_path or None
     test_metrics = trainer.test(task, datamodule=datamodule, ckpt_path=best, verbose=False, weights_only=True)
+    interrupts.check("testing")
     metrics = {**fit_metrics, **(test_metrics[0] if test_metrics else {})}
     logged = set(metrics)  # through Lightning's loops
     if checkpoint.best_model_score is not None:
@@ -155,8 +178,23 @@ def evaluate(ckpt: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> d
 
     The model is rebuilt from the checkpoint's own config (loaded with
     ``weights_only=True``); only data, eval, trainer, logger and run keys (and the seed) may change.
-    Results go to ``<train run>/eval/<name>/summary.json``.
+    Results go to ``<train run>/eval/<name>/summary.json``; an interrupted evaluation leaves nothing there.
     """
+    from lightning.pytorch.utilities.exceptions import SIGTERMException
+
+    with interrupts.handled():
+        try:
+            return _evaluate(ckpt, overrides)
+        except (SIGTERMException, RunInterrupted):
+            number = interrupts.received() or signal.SIGTERM
+            raise RunInterrupted(
+                f"interrupted by {signal.Signals(number).name} while evaluating; nothing was written: run the same "
+                "command again",
+                number,
+            ) from None
+
+
+def _evaluate(ckpt: str | Path, overrides) -> RunSummary:
     from poslab.data import build_datamodule
     from poslab.tasks import task_from_checkpoint
 
@@ -187,12 +225,21 @@ def evaluate(ckpt: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> d
     if (run_dir / "summary.json").exists():
         raise PoslabError(f"{run_dir} already holds an evaluation; choose another run.name")
     run_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        return _test_checkpoint(cfg, run_dir, train_dir, name, datamodule, task, path, start)
+    except BaseException:  # nothing half-written survives (bad input, an interrupt, a bug)
+        remove_run_dir(run_dir)
+        raise
+
+
+def _test_checkpoint(cfg, run_dir, train_dir, name, datamodule, task, path, start) -> RunSummary:
     with logged_run(cfg, run_dir, f"{train_dir.name}-eval-{name}", "eval") as logger:
         from poslab.callbacks import EncoderFigure
 
         trainer = build_trainer(cfg, run_dir, logger, [EncoderFigure()])
         define_summaries(logger, *task.monitor)
         metrics = trainer.test(task, datamodule=datamodule, verbose=False)[0]
+        interrupts.check("testing")
         source = {"source": str(path)}
         return finish_run("eval", cfg, run_dir, name, trainer, task, metrics, set(metrics), source, start)
 

@@ -22,7 +22,7 @@ from matplotlib.figure import Figure
 from torch import nn
 from torchmetrics import MeanMetric, Metric
 
-from poslab import plots
+from poslab import interrupts, plots
 from poslab.errors import PoslabError
 from poslab.loggers import hide_from_panels, log_curve, log_figure, log_final, log_table
 
@@ -161,6 +161,7 @@ def run_probe(trainer: L.Trainer, model: nn.Module, probe: Probe) -> ProbeResult
     module = ProbePass(model, probe)
     with probe.variant():
         logged = trainer.test(module, dataloaders=distributed(probe.loader, trainer), verbose=False)
+    interrupts.check("an end-of-run evaluation")  # a signal in its last batch
     result = module.result
     if result.note is None:
         result.metrics = {k: float(v) for k, v in (logged[0] if logged else {}).items()}

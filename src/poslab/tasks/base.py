@@ -54,6 +54,17 @@ class PositionTask(L.LightningModule):
         Lightning test passes; ``cfg`` is this run's config (an evaluation of a checkpoint may differ)."""
         return []
 
+    #: What a schedule's saved state holds about its length: a resumed run keeps these from the schedule it
+    #: builds for its own (possibly longer: ``trainer.max_steps`` raised) run, and the step it reached.
+    SCHEDULE_LENGTH_KEYS = ("total_steps", "_schedule_phases")
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """A run resumed with more steps continues on the schedule of its new length from the step it
+        reached (restored as saved, the one-cycle schedule would end, and raise, at the old total)."""
+        for state in checkpoint.get("lr_schedulers", []):
+            for key in self.SCHEDULE_LENGTH_KEYS:
+                state.pop(key, None)
+
     def configure_optimizers(self):
         return adamw_one_cycle(
             self, self.cfg["optim"], self.trainer.estimated_stepping_batches, no_decay_modules=(self.encoder,)

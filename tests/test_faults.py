@@ -1,0 +1,185 @@
+"""Faults a flaky machine or a hostile user brings: moved run directories, checkpoints without digests,
+corrupt run files, a longer schedule on resume, two comparisons on one root, W&B unreachable."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+from poslab.cli import main
+from poslab.config import compose
+from poslab.errors import DataError
+from poslab.resume import resumed_config
+from poslab.rundir import DIGEST_SUFFIX, verify_digest
+from poslab.train import train
+from tests.test_resume import STEPS, cut_at_step_2
+
+
+def resume(overrides: list[str], run_dir: Path):
+    again = [*overrides, f"resume={run_dir}"]
+    return train(resumed_config(compose(again), again))
+
+
+def test_a_copied_run_directory_resumes_into_its_own_files_and_keeps_the_best(tiny, monkeypatch, tmp_path):
+    """`cp -a` of an interrupted run to another root: the copy resumes from its own last.ckpt, replaces it
+    (no last-v1.ckpt / best-v1.ckpt), keeps the best score it had, and ends like an uninterrupted run."""
+    whole = train(compose([*tiny, *STEPS, "run.name=whole"]))
+    overrides, run_dir = cut_at_step_2(tiny, monkeypatch)
+    copy = tmp_path / "elsewhere" / "vision" / "cut"
+    shutil.copytree(run_dir, copy, symlinks=True)
+    shutil.rmtree(run_dir)  # moved: the old place is gone
+    resumed = resume(overrides, copy)
+    assert resumed["run_dir"] == str(copy)
+    names = sorted(p.name for p in (copy / "checkpoints").glob("*.ckpt"))
+    assert names == ["best.ckpt", "last.ckpt"]
+    assert resumed["metrics"]["test/acc"] == whole["metrics"]["test/acc"]
+    assert resumed["metrics"]["val/acc_best"] == whole["metrics"]["val/acc_best"]
+
+
+@pytest.fixture
+def finished(tiny) -> Path:
+    """The best checkpoint of a finished tiny run."""
+    summary = train(compose(tiny))
+    return Path(summary["run_dir"]) / summary["checkpoints"]["best"]
+
+
+@pytest.mark.parametrize("sidecar", ["missing", "empty", "a directory"])
+def test_a_checkpoint_without_a_digest_is_verified_by_loading_it(finished, sidecar):
+    digest = finished.with_name(finished.name + DIGEST_SUFFIX)
+    digest.unlink()
+    if sidecar == "empty":
+        digest.write_text("")
+    elif sidecar == "a directory":
+        digest.mkdir()
+    verify_digest(finished)  # intact: it loads and every tensor is finite
+    checkpoint = torch.load(finished, weights_only=False)
+    name = next(k for k, v in checkpoint["state_dict"].items() if v.is_floating_point())
+    checkpoint["state_dict"][name].view(-1)[0] = float("nan")
+    torch.save(checkpoint, finished)
+    with pytest.raises(DataError, match=f"has no SHA-256 beside it and holds non-finite values in state_dict.{name}"):
+        verify_digest(finished)
+    finished.write_bytes(finished.read_bytes()[:1000])  # truncated
+    with pytest.raises(DataError, match="cannot read checkpoint .*: .*has no SHA-256 beside it to check it by"):
+        verify_digest(finished)
+    finished.write_bytes(b"")
+    with pytest.raises(DataError, match="cannot read checkpoint"):
+        verify_digest(finished)
+
+
+def test_eval_of_a_nan_checkpoint_without_a_digest_is_refused_in_one_line(finished, capsys):
+    finished.with_name(finished.name + DIGEST_SUFFIX).unlink()
+    checkpoint = torch.load(finished, weights_only=False)
+    for value in checkpoint["state_dict"].values():
+        if value.is_floating_point():
+            value.fill_(float("nan"))
+    torch.save(checkpoint, finished)
+    assert main(["eval", f"ckpt={finished}"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "non-finite values" in err
+    assert not (finished.parent.parent / "eval").exists() or not list((finished.parent.parent / "eval").iterdir())
+
+
+def test_raising_the_length_on_resume_continues_on_the_longer_schedule(tiny, monkeypatch):
+    """Documented as allowed: the one-cycle schedule restored as saved would raise at the old total."""
+    overrides, run_dir = cut_at_step_2(tiny, monkeypatch)  # 3 epochs x 3 batches, cut at step 2
+    longer = [*overrides, "trainer.max_epochs=5"]
+    resumed = resume(longer, run_dir)
+    last = torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=False)
+    assert last["global_step"] == 15
+    (schedule,) = last["lr_schedulers"]
+    assert schedule["total_steps"] == 15 and schedule["last_epoch"] == 15
+    assert resumed["metrics"]["test/acc"] >= 0
+
+
+@pytest.mark.parametrize(
+    ("file", "content", "message"),
+    [
+        ("config.yaml", "model: [unclosed", "config.yaml is unreadable"),
+        ("config.yaml", "- a\n- list\n", "config.yaml is not a poslab run's config"),
+        ("run.json", '{"wandb_id": ', "run.json is unreadable (JSONDecodeError); remove it to continue"),
+        ("run.json", "[1, 2]", "run.json is not a poslab run record"),
+    ],
+)
+def test_corrupt_run_files_on_resume_are_one_line(tiny, monkeypatch, capsys, file, content, message):
+    overrides, run_dir = cut_at_step_2(tiny, monkeypatch)
+    (run_dir / file).write_text(content)
+    capsys.readouterr()
+    assert main(["train", *overrides, f"resume={run_dir}"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and message in err and "Traceback" not in err
+    assert (run_dir / "checkpoints" / "last.ckpt").is_file()  # nothing lost
+
+
+def test_a_second_compare_skips_the_run_the_first_is_training(tiny, tmp_path):
+    """Its directory already holds the first one's best checkpoint: skipped, not a failure with a traceback."""
+    import multiprocessing
+
+    from poslab.compare import compare, plan
+    from poslab.rundir import run_lock
+
+    (_, _, cfg), *_ = plan("vision", ["none"], 1, tiny)
+    run_dir = Path(cfg.run.root) / "vision" / cfg.run.name
+    (run_dir / "checkpoints").mkdir(parents=True)
+    (run_dir / "checkpoints" / "best.ckpt").write_bytes(b"being trained")
+    ready, done = multiprocessing.Event(), multiprocessing.Event()
+
+    def hold() -> None:
+        with run_lock(run_dir):
+            ready.set()
+            done.wait(60)
+
+    holder = multiprocessing.get_context("fork").Process(target=hold)
+    holder.start()
+    try:
+        assert ready.wait(30)
+        lines: list[str] = []
+        result = compare("vision", ["none"], 1, tiny, tmp_path / "reports", echo=lines.append)
+        assert [o.status for o in result["outcomes"]] == ["skipped"]
+        assert "in use by another poslab process, skipped" in lines[0]
+    finally:
+        done.set()
+        holder.join(30)
+
+
+def test_the_report_run_follows_the_runs_offline_when_wandb_is_unreachable(tiny, tmp_path, monkeypatch):
+    """Once online W&B failed in the process, the comparison's report run goes offline at once too."""
+    import wandb
+
+    import poslab.loggers as loggers
+    from poslab.compare import compare
+
+    monkeypatch.setattr(loggers, "_online_failure", "no network")
+    modes: list[str] = []
+    real = wandb.init
+
+    def init(*args, **kwargs):
+        modes.append(kwargs.get("mode"))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(wandb, "init", init)
+    overrides = [o for o in tiny if not o.startswith("logger=")] + ["logger=wandb", "logger.mode=online"]
+    lines: list[str] = []
+    compare("vision", ["none"], 1, overrides, tmp_path / "reports", echo=lines.append)
+    assert modes and set(modes) == {"offline"}
+    assert any(line.startswith("W&B ran offline; to upload every run") for line in lines)
+
+
+def test_checkpoint_state_from_another_directory_is_rebased_not_dropped(tmp_path):
+    """What Lightning would drop when the directory differs: the best score and every path, now under the
+    new directory; files of the same name are replaced, not versioned."""
+    from poslab.callbacks import RunCheckpoint
+
+    old, new = tmp_path / "a" / "checkpoints", tmp_path / "b" / "checkpoints"
+    saved = RunCheckpoint(dirpath=old, filename="best", monitor="val/acc", mode="max")
+    saved.best_model_score, saved.best_model_path = torch.tensor(0.9), str(old / "best.ckpt")
+    saved.kth_best_model_path, saved.kth_value = str(old / "best.ckpt"), torch.tensor(0.9)
+    saved.best_k_models, saved.last_model_path = {str(old / "best.ckpt"): torch.tensor(0.9)}, str(old / "last.ckpt")
+    moved = RunCheckpoint(dirpath=new, filename="best", monitor="val/acc", mode="max")
+    moved.load_state_dict(saved.state_dict())
+    assert moved.best_model_score == 0.9 and moved.kth_value == 0.9
+    assert moved.best_model_path == moved.kth_best_model_path == str(new / "best.ckpt")
+    assert moved.best_k_models == {str(new / "best.ckpt"): 0.9} and moved.last_model_path == str(new / "last.ckpt")
+    assert not moved._enable_version_counter

@@ -1,0 +1,119 @@
+"""One interrupt path: SIGINT, SIGTERM and SIGUSR1 in every phase end a run with 128 + signal, a checkpoint
+where one is meaningful and the resume line; the resumed run ends like an uninterrupted one."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from poslab.cli import main
+from poslab.config import compose
+from poslab.errors import RunInterrupted
+from poslab.resume import resumed_config
+from poslab.train import evaluate, train
+
+LONGER = ["trainer.max_epochs=4", "trainer.limit_train_batches=4", "run.checkpoint_every_n_steps=2"]
+
+
+def resume(overrides: list[str], run_dir: Path):
+    again = [*overrides, f"resume={run_dir}"]
+    return train(resumed_config(compose(again), again))
+
+
+def signal_in(monkeypatch, cls, method: str, number: int) -> None:
+    """Send this process ``number`` from inside ``cls.method``, once."""
+    original = getattr(cls, method)
+    sent = []
+
+    def hook(self, *args, **kwargs):
+        if not sent:
+            sent.append(1)
+            os.kill(os.getpid(), number)
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(cls, method, hook)
+
+
+@pytest.mark.parametrize("number", [signal.SIGINT, signal.SIGTERM, signal.SIGUSR1], ids=lambda n: n.name)
+def test_a_signal_while_testing_ends_with_its_code_and_resume_finishes_the_run(tiny, monkeypatch, number):
+    from poslab.tasks.classification import Classifier
+
+    whole = train(compose([*tiny, "run.name=whole"]))
+    cut = [*tiny, "run.name=cut"]
+    signal_in(monkeypatch, Classifier, "test_step", number)
+    with pytest.raises(RunInterrupted, match=f"interrupted by {number.name} after training.*resume=") as caught:
+        train(compose(cut))
+    assert caught.value.exit_code == 128 + number
+    monkeypatch.undo()
+    run_dir = Path(whole["run_dir"]).parent / "cut"
+    assert not (run_dir / "summary.json").exists()
+    resumed = resume(cut, run_dir)
+    assert resumed["metrics"]["test/acc"] == whole["metrics"]["test/acc"]
+    assert resumed["metrics"]["test/loss"] == whole["metrics"]["test/loss"]
+
+
+def test_a_signal_in_an_end_of_run_probe_or_between_loops_stops_the_run_at_once(tiny, monkeypatch):
+    from poslab.evaluation.probes import ProbePass
+    from poslab.tasks.classification import PerClassAccuracy
+
+    probes = [*tiny, "eval.image_sizes=[56]"]
+    signal_in(monkeypatch, ProbePass, "test_step", signal.SIGINT)
+    with pytest.raises(RunInterrupted, match="interrupted by SIGINT after training") as caught:
+        train(compose([*probes, "run.name=in-probe"]))
+    assert caught.value.exit_code == 130
+    monkeypatch.undo()
+    signal_in(monkeypatch, PerClassAccuracy, "summarize", signal.SIGTERM)  # no Lightning loop runs there
+    with pytest.raises(RunInterrupted, match="interrupted by SIGTERM after training") as caught:
+        train(compose([*probes, "run.name=between"]))
+    assert caught.value.exit_code == 143
+
+
+def test_an_interrupted_evaluation_leaves_nothing(tiny, monkeypatch):
+    from poslab.tasks.classification import Classifier
+
+    summary = train(compose(tiny))
+    best = Path(summary["run_dir"]) / summary["checkpoints"]["best"]
+    signal_in(monkeypatch, Classifier, "test_step", signal.SIGINT)
+    with pytest.raises(RunInterrupted, match="while evaluating; nothing was written") as caught:
+        evaluate(best, ["run.name=cut"])
+    assert caught.value.exit_code == 130
+    assert not (Path(summary["run_dir"]) / "eval" / "cut").exists()
+
+
+def test_the_handlers_are_restored_after_a_run(tiny):
+    before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1)}
+    train(compose(tiny))
+    assert {s: signal.getsignal(s) for s in before} == before
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("number", [signal.SIGINT, signal.SIGTERM, signal.SIGUSR1], ids=lambda n: n.name)
+def test_a_real_process_signalled_mid_training_exits_with_its_code_and_resumes_exactly(tiny, number):
+    """Ctrl-C included: the fit stops at a step boundary (not mid-step), saves, and the resumed run ends with
+    the uninterrupted run's metrics."""
+    base = [*tiny, *LONGER]
+    whole = train(compose([*base, "run.name=whole"]))
+    run_dir = Path(whole["run_dir"]).parent / "cut"
+    cut = [*base, "run.name=cut"]
+    process = subprocess.Popen([sys.executable, "-m", "poslab", "train", *cut], stderr=subprocess.PIPE, text=True)
+    checkpoint = run_dir / "checkpoints" / "last.ckpt"
+    deadline = time.time() + 120
+    while not checkpoint.exists() and process.poll() is None and time.time() < deadline:
+        time.sleep(0.02)
+    process.send_signal(number)
+    _, err = process.communicate(timeout=60)
+    assert process.returncode == 128 + number, err
+    lines = [line for line in err.splitlines() if line.startswith("poslab:")]
+    assert len(lines) == 1 and f"interrupted by {number.name} at step" in lines[0] and "resume=" in lines[0]
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err
+    assert main(["train", *cut, f"resume={run_dir}"]) == 0
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["metrics"]["test/acc"] == whole["metrics"]["test/acc"]
+    assert summary["metrics"]["test/loss"] == pytest.approx(whole["metrics"]["test/loss"], abs=1e-6)
