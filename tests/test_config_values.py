@@ -12,12 +12,12 @@ from poslab.errors import ConfigError
 from poslab.schema import RANGES, Range
 
 BAD = [
-    ("model.dim=0", "config key 'model.dim' must be >= 1, got 0"),
-    ("model.depth=0", "config key 'model.depth' must be >= 1, got 0"),
+    ("model.dim=0", "config key 'model.dim' must be in [1, 65,536], got 0"),
+    ("model.depth=0", "config key 'model.depth' must be in [1, 1,024], got 0"),
     ("optim.lr=-1", "config key 'optim.lr' must be > 0, got -1.0"),
     ("optim.lr=nan", "config key 'optim.lr' must be a finite number, got nan"),
     ("optim.lr=inf", "config key 'optim.lr' must be a finite number, got inf"),
-    ("trainer.max_epochs=-5", "config key 'trainer.max_epochs' must be >= -1, got -5"),
+    ("trainer.max_epochs=-5", "config key 'trainer.max_epochs' must be >= 1 or -1, got -5"),
     ("data.batch_size=0", "config key 'data.batch_size' must be >= 1, got 0"),
     ("seed=-1", "config key 'seed' must be in [0, 4,294,967,295], got -1"),
     ("seed=99999999999", "config key 'seed' must be in [0, 4,294,967,295], got 99999999999"),

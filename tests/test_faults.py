@@ -183,3 +183,75 @@ def test_checkpoint_state_from_another_directory_is_rebased_not_dropped(tmp_path
     assert moved.best_model_path == moved.kth_best_model_path == str(new / "best.ckpt")
     assert moved.best_k_models == {str(new / "best.ckpt"): 0.9} and moved.last_model_path == str(new / "last.ckpt")
     assert not moved._enable_version_counter
+
+
+def test_a_full_disk_when_the_summary_is_written_is_one_line_and_leaves_no_summary(tiny, monkeypatch, capsys):
+    import errno
+
+    import poslab.rundir as rundir
+
+    real = rundir._write_atomic
+
+    def full(path, data):
+        if Path(path).name == "summary.json":
+            raise OSError(errno.ENOSPC, "No space left on device", str(path))
+        return real(path, data)
+
+    monkeypatch.setattr(rundir, "_write_atomic", full)
+    assert main(["train", *tiny, "run.name=full"]) == 2
+    err = capsys.readouterr().err
+    run_dir = Path(next(o for o in tiny if o.startswith("run.root=")).split("=", 1)[1]) / "vision" / "full"
+    assert err == f"poslab: error: cannot write {run_dir / 'summary.json'}: no space left on the device\n"
+    assert not (run_dir / "summary.json").exists() and (run_dir / "checkpoints" / "last.ckpt").exists()
+
+
+def test_a_read_only_run_root_is_one_line(tiny, monkeypatch, capsys, tmp_path):
+    """Simulated (root writes into read-only folders): the run directory cannot be made."""
+    import errno
+
+    real = Path.mkdir
+
+    def read_only(self, *args, **kwargs):
+        if "vision" in self.parts:
+            raise OSError(errno.EROFS, "Read-only file system", str(self))
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "mkdir", read_only)
+    assert main(["train", *tiny]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("poslab: error: cannot write ") and err.endswith(": read-only file system\n")
+
+
+@pytest.mark.parametrize("key", ["data.root", "run.root"])
+def test_a_file_where_a_folder_should_be_is_one_line(tiny, capsys, tmp_path, key):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    assert main(["train", *tiny, f"{key}={blocker}"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.endswith("a file stands where a folder should be\n") and str(blocker) in err
+
+
+def test_a_model_too_large_for_memory_is_one_line_before_anything_is_written(tiny, capsys):
+    run_root = Path(next(o for o in tiny if o.startswith("run.root=")).split("=", 1)[1])
+    assert main(["train", *tiny, "model.dim=65536"]) == 2  # the largest allowed: 64 GiB for one MLP matrix
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "do not fit in this machine's memory (one allocation asked for" in err
+    assert "GiB" in err and not (run_root / "vision").exists()
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("trainer.max_epochs=0", "'trainer.max_epochs' must be >= 1 or -1, got 0"),
+        ("trainer.max_steps=0", "'trainer.max_steps' must be >= 1 or -1, got 0"),
+        ("data.split_seed=-3", "'data.split_seed' must be in [0, 4,294,967,295], got -3"),
+    ],
+)
+def test_values_that_would_run_wrongly_are_refused(tiny, capsys, override, message):
+    assert main(["train", *tiny, override]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_a_negative_ridge_penalty_is_refused(tiny_ts, capsys):
+    assert main(["train", *tiny_ts, "eval.ridge=-0.5"]) == 2
+    assert "'eval.ridge' must be >= 0, got -0.5" in capsys.readouterr().err

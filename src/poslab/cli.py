@@ -7,6 +7,7 @@ commands that need them, so ``poslab --help`` answers at once.
 from __future__ import annotations
 
 import argparse
+import errno
 import sys
 from collections.abc import Sequence
 
@@ -29,6 +30,19 @@ examples:
   poslab bench --lengths 256 1024 2048          encoder step time / memory vs none
   poslab show rope layout=interleaved --json     what an encoder does to positions: PNG + numbers
 """
+
+
+#: What the machine's file system can refuse (a full disk, a read-only mount, a file where a folder should be):
+#: one line naming the path and the cause.
+FILESYSTEM_ERRORS = {
+    errno.ENOSPC: "no space left on the device",
+    errno.EDQUOT: "disk quota exceeded",
+    errno.EROFS: "read-only file system",
+    errno.ENOTDIR: "a file stands where a folder should be",
+    errno.EEXIST: "a file stands where a folder should be",
+    errno.EISDIR: "a folder stands where a file should be",
+    errno.EACCES: "permission denied",
+}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -106,6 +120,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except PermissionError as exc:  # a read-only run.root / data.root: the path, not a traceback
         print(f"poslab: error: cannot write {exc.filename or 'a file'}: permission denied", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        if exc.errno not in FILESYSTEM_ERRORS:
+            raise
+        path = exc.filename or "a file"
+        print(f"poslab: error: cannot write {path}: {FILESYSTEM_ERRORS[exc.errno]}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("poslab: interrupted", file=sys.stderr)

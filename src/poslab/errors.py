@@ -31,7 +31,11 @@ class RunInterrupted(PoslabError):
         self.exit_code = 128 + signal_number
 
 
-class NonFiniteLoss(PoslabError):
+class RunStopped(PoslabError):
+    """A run that stopped after it began training: its directory and checkpoints so far are kept."""
+
+
+class NonFiniteLoss(RunStopped):
     """Training produced a NaN / inf loss: the run stops there, its earlier checkpoints kept."""
 
 
@@ -51,3 +55,20 @@ def did_you_mean(word: str, choices: Iterable[str]) -> str:
     """`` (did you mean 'x'?)`` or an empty string."""
     match = closest(word, choices)
     return f" (did you mean '{match}'?)" if match else ""
+
+
+def memory_problem(exc: BaseException) -> str | None:
+    """What an allocation failure asked for (``"447.0 GiB"``, or ``"more"``), or None when ``exc`` is not one:
+    PyTorch reports a failed CPU allocation as a ``RuntimeError`` (``DefaultCPUAllocator: can't allocate
+    memory: you tried to allocate N bytes``) and a CUDA one as ``torch.OutOfMemoryError``."""
+    import re
+
+    text = str(exc)
+    if not (isinstance(exc, MemoryError) or type(exc).__name__ == "OutOfMemoryError"
+            or "can't allocate memory" in text or "out of memory" in text.lower()):  # fmt: skip
+        return None
+    asked = re.search(r"allocate (\d+) bytes", text) or re.search(r"allocate ([\d.]+ [KMGT]iB)", text)
+    if not asked:
+        return "more"
+    value = asked.group(1)
+    return f"{int(value) / 2**30:.1f} GiB" if value.isdigit() else value

@@ -30,8 +30,11 @@ class Range:
     high: float | None = None
     low_open: bool = False
     high_open: bool = False
+    also: tuple[float, ...] = ()  # values allowed outside the interval (-1: Lightning's "no limit")
 
     def holds(self, value: float) -> bool:
+        if value in self.also:
+            return True
         if self.low is not None and (value < self.low or (self.low_open and value == self.low)):
             return False
         return self.high is None or not (value > self.high or (self.high_open and value == self.high))
@@ -41,10 +44,14 @@ class Range:
             return f"{int(x):,}" if float(x).is_integer() else f"{x:g}"
 
         if self.high is None:
-            return f"{'>' if self.low_open else '>='} {show(self.low)}"
-        if self.low is None:
-            return f"{'<' if self.high_open else '<='} {show(self.high)}"
-        return f"in {'(' if self.low_open else '['}{show(self.low)}, {show(self.high)}{')' if self.high_open else ']'}"
+            text = f"{'>' if self.low_open else '>='} {show(self.low)}"
+        elif self.low is None:
+            text = f"{'<' if self.high_open else '<='} {show(self.high)}"
+        else:
+            text = (
+                f"in {'(' if self.low_open else '['}{show(self.low)}, {show(self.high)}{')' if self.high_open else ']'}"
+            )
+        return text + "".join(f" or {show(x)}" for x in self.also)
 
 
 AT_LEAST_1, AT_LEAST_0, POSITIVE = Range(1), Range(0), Range(0, low_open=True)
@@ -56,18 +63,20 @@ RANGES: dict[str, Range] = {
     "seed": Range(0, 2**32 - 1),  # what NumPy's seeding accepts
     "compare_seeds": AT_LEAST_1,
     "run.checkpoint_every_n_steps": AT_LEAST_1,
-    "model.dim": AT_LEAST_1,
-    "model.depth": AT_LEAST_1,
-    "model.num_heads": AT_LEAST_1,
-    "model.mlp_ratio": POSITIVE,
+    # Upper bounds far past what this template trains, below what fails slowly: a model of 10^9 layers would
+    # be built one small block at a time until the machine runs out of memory (one huge tensor fails at once).
+    "model.dim": Range(1, 2**16),
+    "model.depth": Range(1, 1024),
+    "model.num_heads": Range(1, 1024),
+    "model.mlp_ratio": Range(0, 64, low_open=True),
     "model.dropout": FRACTION,
     "optim.lr": POSITIVE,
     "optim.weight_decay": AT_LEAST_0,
     "optim.betas": FRACTION,
     "optim.warmup_fraction": FRACTION,
     "trainer.num_nodes": AT_LEAST_1,
-    "trainer.max_epochs": Range(-1),  # -1: no limit
-    "trainer.max_steps": Range(-1),
+    "trainer.max_epochs": Range(1, also=(-1,)),  # -1: no limit; 0 would test an untrained model
+    "trainer.max_steps": Range(1, also=(-1,)),
     "trainer.limit_train_batches": POSITIVE,
     "trainer.limit_val_batches": AT_LEAST_0,
     "trainer.limit_test_batches": POSITIVE,

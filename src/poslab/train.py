@@ -25,7 +25,7 @@ from omegaconf import DictConfig
 
 from poslab import __version__, interrupts
 from poslab.config import recompose, to_dict
-from poslab.errors import ConfigError, NonFiniteLoss, PoslabError, RunInterrupted, first_line
+from poslab.errors import ConfigError, PoslabError, RunInterrupted, RunStopped, first_line, memory_problem
 from poslab.loggers import define_summaries, log_final
 from poslab.resume import LAST_CHECKPOINT, read_record, write_record
 from poslab.rundir import (
@@ -71,11 +71,14 @@ def _train(cfg: DictConfig) -> dict[str, Any]:
     start = time.perf_counter()
     check_accelerator(cfg)
     L.seed_everything(cfg.seed, workers=True, verbose=False)
-    # Bad data or encoder options fail here, before anything is written.
-    datamodule = build_datamodule(cfg)
-    datamodule.prepare_data()
-    datamodule.setup("fit")
-    task = build_task(cfg, datamodule)
+    # Bad data or encoder options fail here, before anything is written; so do sizes that do not fit.
+    try:
+        datamodule = build_datamodule(cfg)
+        datamodule.prepare_data()
+        datamodule.setup("fit")
+        task = build_task(cfg, datamodule)
+    except (MemoryError, RuntimeError) as exc:
+        raise _too_big(exc) from None
 
     resuming = bool(cfg.resume)
     if resuming:  # resume.resumed_config has checked the directory and the config
@@ -100,6 +103,7 @@ def _train(cfg: DictConfig) -> dict[str, Any]:
 
 def _fit_and_test(cfg, datamodule, task, run_dir: Path, name: str, logger: Any, start: float) -> dict[str, Any]:
     """Fit (from ``checkpoints/last.ckpt`` when resuming), test the best checkpoint, write the summary."""
+    from lightning.fabric.utilities.exceptions import MisconfigurationException
     from lightning.pytorch.callbacks import LearningRateMonitor
     from lightning.pytorch.utilities.exceptions import SIGTERMException
 
@@ -135,12 +139,41 @@ def _fit_and_test(cfg, datamodule, task, run_dir: Path, name: str, logger: Any, 
         interrupted = trainer.received_sigterm  # Lightning may also end the fit quietly after the signal
     except (SIGTERMException, RunInterrupted):
         interrupted = True
+    except MisconfigurationException as exc:  # settings Lightning judges only once it sees the data
+        raise ConfigError(f"trainer settings rejected: {first_line(exc)}") from None
+    except (MemoryError, RuntimeError) as exc:
+        asked = memory_problem(exc)
+        if asked is None:
+            raise
+        raise RunStopped(
+            f"training ran out of memory at step {trainer.global_step} (one allocation asked for {asked}); the "
+            "checkpoints so far are kept: lower data.batch_size or the model's sizes"
+        ) from None
     if interrupted or interrupts.received():
         raise interrupted_run(run_dir, f"at step {trainer.global_step}")
     try:
         return _test_and_report(cfg, datamodule, task, run_dir, name, trainer, checkpoint, periodic, start)
     except (SIGTERMException, RunInterrupted):
         raise interrupted_run(run_dir, "after training, while testing and evaluating") from None
+    except (MemoryError, RuntimeError) as exc:  # an evaluation's data or lengths too large for the machine
+        asked = memory_problem(exc)
+        if asked is None:
+            raise
+        raise RunStopped(
+            f"testing or an end-of-run evaluation ran out of memory (one allocation asked for {asked}); the "
+            f"checkpoints are kept: lower the eval.* sizes and continue with poslab train resume={run_dir}"
+        ) from None
+
+
+def _too_big(exc: BaseException) -> BaseException:
+    """An allocation that failed is one line naming the sizes to lower; any other error stays as it is."""
+    asked = memory_problem(exc)
+    if asked is None:
+        return exc
+    return ConfigError(
+        f"the model and data do not fit in this machine's memory (one allocation asked for {asked}); "
+        "lower model.dim, model.depth, model.num_heads, data.batch_size or the data sizes"
+    )
 
 
 def interrupted_run(run_dir: Path, where: str) -> RunInterrupted:
@@ -256,7 +289,7 @@ def logged_run(
     try:
         logger = build_logger(cfg, run_dir, name, job_type=job_type, wandb_id=wandb_id)
         yield logger
-    except (RunInterrupted, NonFiniteLoss):  # the run's checkpoints so far stay
+    except (RunInterrupted, RunStopped):  # the run's checkpoints so far stay
         raise
     except PoslabError:
         if not keep:
@@ -342,14 +375,19 @@ def build_trainer(cfg: DictConfig, run_dir: Path, logger: Any, callbacks: list):
     kwargs = {k: v for k, v in to_dict(cfg.trainer).items() if k != "name"}
     if kwargs["enable_progress_bar"] and sys.stdout.isatty():
         callbacks = [*callbacks, RichProgressBar()]
-    return L.Trainer(
-        **kwargs,
-        logger=logger if logger is not None else False,
-        callbacks=callbacks,
-        plugins=[DigestedCheckpointIO()],  # each checkpoint with its SHA-256 beside it
-        default_root_dir=str(run_dir),
-        enable_model_summary=False,
-    )
+    from lightning.fabric.utilities.exceptions import MisconfigurationException
+
+    try:
+        return L.Trainer(
+            **kwargs,
+            logger=logger if logger is not None else False,
+            callbacks=callbacks,
+            plugins=[DigestedCheckpointIO()],  # each checkpoint with its SHA-256 beside it
+            default_root_dir=str(run_dir),
+            enable_model_summary=False,
+        )
+    except (MisconfigurationException, ValueError, TypeError) as exc:  # a value Lightning refuses
+        raise ConfigError(f"trainer settings rejected (trainer={cfg.trainer.name}): {first_line(exc)}") from None
 
 
 def scalar_metrics(metrics: dict[str, Any]) -> dict[str, float]:

@@ -14,13 +14,15 @@ from typing import Literal, Optional
 from poslab.modalities.timeseries.model import Forecaster
 from poslab.modalities.timeseries.sources import SOURCES
 from poslab.options import options_schema
-from poslab.schema import AT_LEAST_1, EvalConfig, ModelConfig
+from poslab.schema import AT_LEAST_0, AT_LEAST_1, FRACTION, EvalConfig, ModelConfig
 
 RANGES = {
     "model.patch_len": AT_LEAST_1,
     "model.stride": AT_LEAST_1,
     "data.lookback": AT_LEAST_1,
     "data.horizon": AT_LEAST_1,
+    "eval.ridge": AT_LEAST_0,  # a negative penalty is no ridge (and can make the solve singular)
+    "eval.irregular_drop": FRACTION,
 }
 
 

@@ -28,6 +28,7 @@ RANGES = {
     "task.label_smoothing": FRACTION,
     "eval.frames": AT_LEAST_1,
     "eval.canvases": Range(1),
+    "data.split_seed": Range(0, 2**32 - 1),
 }
 
 

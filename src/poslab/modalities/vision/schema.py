@@ -14,7 +14,7 @@ from typing import Literal, Optional
 from poslab.modalities.vision.model import ViT
 from poslab.modalities.vision.sources import SOURCES
 from poslab.options import options_schema
-from poslab.schema import AT_LEAST_0, AT_LEAST_1, FRACTION, EvalConfig, ModelConfig
+from poslab.schema import AT_LEAST_0, AT_LEAST_1, FRACTION, EvalConfig, ModelConfig, Range
 
 RANGES = {
     "data.val_size": AT_LEAST_1,
@@ -26,6 +26,7 @@ RANGES = {
     "data.augment.translate": FRACTION,
     "eval.image_sizes": AT_LEAST_1,
     "task.label_smoothing": FRACTION,
+    "data.split_seed": Range(0, 2**32 - 1),
 }
 
 
