@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -185,3 +187,27 @@ def flex_ready_validation(request, modality: str, encoder: str) -> tuple:
         lambda module, args, out: outputs.append(out[0] if isinstance(out, tuple) else out)
     )
     return task, datamodule.as_batch(next(iter(datamodule.val_dataloader()))), outputs
+
+
+@contextmanager
+def held_by_another_process(run_dir: Path) -> Iterator[None]:
+    """``run_dir``'s run lock held by a forked process for the duration of the block (released after it)."""
+    import multiprocessing
+
+    from poslab.rundir import run_lock
+
+    ready, done = multiprocessing.Event(), multiprocessing.Event()
+
+    def hold() -> None:
+        with run_lock(run_dir):
+            ready.set()
+            done.wait(60)
+
+    holder = multiprocessing.get_context("fork").Process(target=hold)
+    holder.start()
+    try:
+        assert ready.wait(30), "the holder did not take the lock"
+        yield
+    finally:
+        done.set()
+        holder.join(30)

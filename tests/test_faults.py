@@ -115,33 +115,18 @@ def test_corrupt_run_files_on_resume_are_one_line(tiny, monkeypatch, capsys, fil
 
 def test_a_second_compare_skips_the_run_the_first_is_training(tiny, tmp_path):
     """Its directory already holds the first one's best checkpoint: skipped, not a failure with a traceback."""
-    import multiprocessing
-
     from poslab.compare import compare, plan
-    from poslab.rundir import run_lock
+    from tests.conftest import held_by_another_process
 
     (_, _, cfg), *_ = plan("vision", ["none"], 1, tiny)
     run_dir = Path(cfg.run.root) / "vision" / cfg.run.name
     (run_dir / "checkpoints").mkdir(parents=True)
     (run_dir / "checkpoints" / "best.ckpt").write_bytes(b"being trained")
-    ready, done = multiprocessing.Event(), multiprocessing.Event()
-
-    def hold() -> None:
-        with run_lock(run_dir):
-            ready.set()
-            done.wait(60)
-
-    holder = multiprocessing.get_context("fork").Process(target=hold)
-    holder.start()
-    try:
-        assert ready.wait(30)
+    with held_by_another_process(run_dir):
         lines: list[str] = []
         result = compare("vision", ["none"], 1, tiny, tmp_path / "reports", echo=lines.append)
         assert [o.status for o in result["outcomes"]] == ["skipped"]
         assert "in use by another poslab process, skipped" in lines[0]
-    finally:
-        done.set()
-        holder.join(30)
 
 
 def test_the_report_run_follows_the_runs_offline_when_wandb_is_unreachable(tiny, tmp_path, monkeypatch):

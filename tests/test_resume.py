@@ -287,31 +287,20 @@ def test_sigkill_then_resume_gives_the_uninterrupted_metrics(tiny, tmp_path, cap
 def test_a_run_directory_in_use_is_refused_and_a_compare_skips_it(tiny, tmp_path, capsys):
     """Two processes never train into one directory: the second is refused (one line) and a comparison
     skips that run, saying so; the lock goes with the process that holds it."""
-    import multiprocessing
-
     from poslab.compare import compare, plan
-    from poslab.rundir import run_in_use, run_lock
+    from poslab.rundir import run_in_use
+    from tests.conftest import held_by_another_process
 
     (_, _, cfg), *_ = plan("vision", ["none"], 1, tiny)
     run_dir = Path(cfg.run.root) / "vision" / cfg.run.name
     run_dir.mkdir(parents=True)
-    ready, done = multiprocessing.Event(), multiprocessing.Event()
-
-    def hold() -> None:
-        with run_lock(run_dir):
-            ready.set()
-            done.wait(60)
-
-    holder = multiprocessing.get_context("fork").Process(target=hold)
-    holder.start()
-    assert ready.wait(30) and run_in_use(run_dir)
-    assert main(["train", *tiny, f"run.name={cfg.run.name}"]) == 2
-    assert "is in use by another poslab process (pid " in capsys.readouterr().err
-    lines: list[str] = []
-    result = compare("vision", ["none"], 1, tiny, tmp_path / "reports", echo=lines.append)
-    assert [o.status for o in result["outcomes"]] == ["skipped"] and "in use by another poslab process" in lines[0]
-    done.set()
-    holder.join(30)
+    with held_by_another_process(run_dir):
+        assert run_in_use(run_dir)
+        assert main(["train", *tiny, f"run.name={cfg.run.name}"]) == 2
+        assert "is in use by another poslab process (pid " in capsys.readouterr().err
+        lines: list[str] = []
+        result = compare("vision", ["none"], 1, tiny, tmp_path / "reports", echo=lines.append)
+        assert [o.status for o in result["outcomes"]] == ["skipped"] and "in use by another poslab process" in lines[0]
     assert not run_in_use(run_dir)
     again = compare("vision", ["none"], 1, tiny, tmp_path / "reports", echo=lines.append)
     assert [o.status for o in again["outcomes"]] == ["trained"]
