@@ -240,3 +240,25 @@ def test_values_that_would_run_wrongly_are_refused(tiny, capsys, override, messa
 def test_a_negative_ridge_penalty_is_refused(tiny_ts, capsys):
     assert main(["train", *tiny_ts, "eval.ridge=-0.5"]) == 2
     assert "'eval.ridge' must be >= 0, got -0.5" in capsys.readouterr().err
+
+
+def test_an_unwritable_wandb_data_folder_stops_the_run_first_with_wandbs_own_line(tiny, monkeypatch, capsys, tmp_path):
+    """W&B stages its tables under WANDB_DATA_DIR; unwritable there, it would fail only after training."""
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    monkeypatch.setenv("WANDB_DATA_DIR", str(blocker))
+    run_root = Path(next(o for o in tiny if o.startswith("run.root=")).split("=", 1)[1])
+    assert main(["train", *tiny, "logger=wandb"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("poslab: error: W&B could not start (offline): ")
+    assert f"Unable to write staging files to {blocker}" in err and "set WANDB_DATA_DIR" in err
+    assert not [p for p in run_root.rglob("*") if p.is_file()]
+
+
+def test_a_diverged_text_runs_perplexity_stays_a_number(tiny_text):
+    """exp(loss) overflows float32 past a loss of 88.7; at optim.lr=3 the validation loss ends above that."""
+    import math
+
+    metrics = train(compose([*tiny_text, "optim.lr=3"]))["metrics"]
+    assert metrics["val/loss"] > 88.8 and math.isfinite(metrics["val/ppl"])
+    assert metrics["val/ppl"] == pytest.approx(math.exp(metrics["val/loss"]), rel=1e-5)

@@ -11,7 +11,7 @@ import errno
 import sys
 from collections.abc import Sequence
 
-from poslab.errors import PoslabError, RunInterrupted
+from poslab.errors import PoslabError, RunInterrupted, first_line
 
 EPILOG = """\
 examples:
@@ -119,7 +119,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"poslab: error: {exc}", file=sys.stderr)
         return 2
     except PermissionError as exc:  # a read-only run.root / data.root: the path, not a traceback
-        print(f"poslab: error: cannot write {exc.filename or 'a file'}: permission denied", file=sys.stderr)
+        if exc.filename is None:  # a library's own message (W&B's names the folder and what to set)
+            print(f"poslab: error: {first_line(exc)}", file=sys.stderr)
+        else:
+            print(f"poslab: error: cannot write {exc.filename}: permission denied", file=sys.stderr)
         return 2
     except OSError as exc:
         if exc.errno not in FILESYSTEM_ERRORS:

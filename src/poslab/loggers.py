@@ -151,6 +151,7 @@ def _start_wandb(cfg: Any, run_dir: Path, run_name: str, job_type: str, wandb_id
     import wandb
     from lightning.pytorch.loggers import WandbLogger
 
+    check_staging_dir()
     tags = [cfg.modality, cfg.task.name, cfg.encoder.name, *cfg.logger.tags]
     if cfg.experiment:
         tags.append(f"experiment:{cfg.experiment}")
@@ -182,6 +183,17 @@ def _start_wandb(cfg: Any, run_dir: Path, run_name: str, job_type: str, wandb_id
         wandb.teardown()  # leave no half-started run for the next logger of this process
         raise
     return logger
+
+
+def check_staging_dir() -> None:
+    """W&B stages tables and artifacts under ``WANDB_DATA_DIR``: where it cannot write there, it would fail
+    only when the end-of-run tables are logged, after the whole training. Asked now, its own message (the
+    folder, the variable to set) stops the run before anything is trained."""
+    try:
+        from wandb.sdk.artifacts.staging import get_staging_dir
+    except ImportError:  # another W&B layout: it reports the problem itself when it logs
+        return
+    get_staging_dir()
 
 
 def is_wandb(logger: Any) -> bool:

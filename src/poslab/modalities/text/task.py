@@ -59,7 +59,7 @@ class LanguageModel(PositionTask):
         loss = self.trainer.callback_metrics.get(f"{stage}/loss")
         if loss is not None:
             self.log(f"{stage}/bpc", loss / math.log(2))
-            self.log(f"{stage}/ppl", torch.exp(loss))
+            self.log(f"{stage}/ppl", torch.exp(loss.double()))  # float32 overflows past a loss of 88.7
 
     def lengen_logits(self, batch, generated: bool, context: int) -> torch.Tensor:
         """Logits of a length-study batch; ``generated``: as generation computes them, prefixes growing
