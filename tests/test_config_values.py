@@ -45,13 +45,22 @@ def test_a_value_out_of_range_is_one_line_before_anything_is_written(override, m
 
 
 def test_ranges_name_real_keys_of_some_modality():
-    """A typo in the table would silently check nothing."""
+    """A typo in the table would silently check nothing (trainer keys: arguments of lightning.Trainer)."""
+    import dataclasses
+
     from omegaconf import OmegaConf
 
-    cfgs = [compose([f"modality={m}"]) for m in ("vision", "text", "timeseries")]
+    from poslab.modalities import available_modalities
+    from poslab.schema import trainer_schema
+
+    cfgs = [compose([f"modality={m}"]) for m in available_modalities()]
     cfgs.append(compose(["experiment=resolution"]))
+    trainer_keys = {f"trainer.{f.name}" for f in dataclasses.fields(trainer_schema())}
     for key in RANGES:
-        assert any(OmegaConf.select(c, key, default="<absent>") != "<absent>" for c in cfgs), key
+        if key.startswith("trainer."):
+            assert key in trainer_keys, key
+        else:
+            assert any(OmegaConf.select(c, key, default="<absent>") != "<absent>" for c in cfgs), key
 
 
 @pytest.mark.parametrize(

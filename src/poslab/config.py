@@ -279,11 +279,40 @@ def validate(cfg: DictConfig) -> DictConfig:
         OmegaConf.resolve(merged)
     except OmegaConfBaseException as exc:
         raise ConfigError(f"cannot resolve config key '{exc.full_key}': {exc.msg.splitlines()[0]}") from None
+    from poslab.schema import SIGNATURE_NODES
+
+    for name, schema_of in SIGNATURE_NODES.items():
+        merged[name] = typed_node(merged[name], schema_of(merged[name]), name)
     check_values(merged, parts.ranges)
     problem = parts.check(merged) if parts.check else None
     if problem:
         raise ConfigError(problem)
     return merged
+
+
+def typed_node(node: DictConfig, schema: type, name: str) -> dict[str, Any]:
+    """The keys ``node`` sets, typed by ``schema`` (a signature's options, :data:`poslab.schema.SIGNATURE_NODES`):
+    a key poslab owns, an unknown key, a wrong type or a value outside the listed choices is one line."""
+    owned = getattr(schema, "owned", {})
+    for key in node:
+        if key in owned:
+            raise ConfigError(f"'{name}.{key}' is not a config key: it is set by {owned[key]}")
+    wrapper = dataclasses.make_dataclass("Node", [(name, schema, dataclasses.field(default_factory=schema))])
+    structured, given = OmegaConf.structured(wrapper), OmegaConf.create({name: node})
+    _check_keys(given, structured, "")
+    try:
+        typed = OmegaConf.merge(structured, given)[name]
+    except (OmegaConfBaseException, TypeError) as exc:
+        raise _type_error(exc, given, structured, wrapper) from None
+    for key, allowed in getattr(schema, "choices", {}).items():
+        if key in node and typed[key] not in allowed:
+            shown = list(dict.fromkeys(str(a) for a in allowed if a is not None))  # 16 and '16' once
+            raise ConfigError(
+                f"config key '{name}.{key}' cannot take {typed[key]!r}{did_you_mean(str(typed[key]), shown)}; "
+                f"valid: {', '.join(shown)}{' or null' if None in allowed else ''}"
+            )
+    plain = OmegaConf.to_container(typed, resolve=True)
+    return {key: plain[key] for key in node}
 
 
 def check_values(cfg: DictConfig, ranges: dict | None = None) -> None:
@@ -410,7 +439,7 @@ def declared_default(f: dataclasses.Field) -> Any:
 def option_rows(cfg: DictConfig) -> list[tuple[str, str, str, str]]:
     """``(key, type, default, value)`` for every key of ``cfg``'s schema: the options of its modality, encoder
     and model as their schemas (derived from the constructors where they can be) declare them."""
-    from poslab.schema import encoder_schema, root_schema
+    from poslab.schema import SIGNATURE_NODES, encoder_schema, root_schema
 
     schema = root_schema(cfg.modality, encoder_schema(cfg.encoder.name))
     rows = []
@@ -418,13 +447,16 @@ def option_rows(cfg: DictConfig) -> list[tuple[str, str, str, str]]:
     def walk(node: Any, prefix: str) -> None:
         for f in dataclasses.fields(node):
             key = f"{prefix}{f.name}"
-            hint = _field_type(schema, key)
+            if key in SIGNATURE_NODES:  # sparse: every key its signature declares
+                walk(SIGNATURE_NODES[key](cfg[key]), f"{key}.")
+                continue
+            hint = typing.get_type_hints(node).get(f.name, Any)
             if dataclasses.is_dataclass(hint):
                 walk(hint, f"{key}.")
                 continue
             declared = declared_default(f)
             default = "—" if declared is dataclasses.MISSING else repr(declared)  # "—": the YAML's value only
-            value = OmegaConf.select(cfg, key, default=None, throw_on_missing=False)
+            value = OmegaConf.select(cfg, key, default=declared, throw_on_missing=False)  # unset: the default
             value = OmegaConf.to_container(value) if isinstance(value, (DictConfig, ListConfig)) else value
             rows.append((key, describe_type(hint), default, repr(value)))
 

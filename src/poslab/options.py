@@ -15,7 +15,7 @@ import types
 import typing
 from collections.abc import Callable, Mapping
 from dataclasses import field, make_dataclass
-from typing import Any, Union
+from typing import Any, Literal, Optional, Union
 
 from omegaconf import MISSING
 
@@ -52,6 +52,55 @@ def pick_options(fn: Callable, values: Mapping[str, Any], supplied: tuple[str, .
     """The entries of ``values`` that are options of ``fn`` (a config node also holds keys other code reads)."""
     options = keyword_options(fn, supplied)
     return {k: v for k, v in values.items() if k in options}
+
+
+#: The scalar types a config value can hold.
+SCALARS = (bool, int, float, str)
+
+
+def config_type(annotation: Any) -> Any:
+    """What a config key can hold of a parameter's annotation: its scalar and container members (a
+    ``Literal``'s values as their types; objects, callables and durations dropped, as a YAML value cannot
+    be one); ``Any`` when containers and scalars mix (OmegaConf's unions take scalars only), ``None`` when
+    nothing is left (the argument takes objects only)."""
+    members = typing.get_args(annotation) if typing.get_origin(annotation) in (Union, types.UnionType) else (annotation,)
+    scalars: list[type] = []
+    containers, optional = [], False
+    for member in members:
+        origin = typing.get_origin(member)
+        if member is type(None):
+            optional = True
+        elif origin is Literal:
+            scalars += [type(v) for v in typing.get_args(member) if v is not None]
+            optional |= None in typing.get_args(member)
+        elif origin in (list, dict, tuple):
+            if all(a is Ellipsis or config_type(a) is not None for a in typing.get_args(member)):
+                containers.append(member)  # a list of objects cannot be written in YAML either
+        elif member is Any:
+            return Any
+        elif member in SCALARS:
+            scalars.append(member)
+    held = [t for t in SCALARS if t in scalars]  # a fixed order: bool before int, as OmegaConf tries them
+    if containers and held or len(containers) > 1:
+        return Any
+    if not held and not containers:
+        return None
+    core = containers[0] if containers else (held[0] if len(held) == 1 else Union[tuple(held)])
+    return Optional[core] if optional else core
+
+
+def literal_choices(annotation: Any) -> tuple | None:
+    """The values a parameter accepts when its annotation lists them all (``Literal`` members, ``None``)."""
+    members = typing.get_args(annotation) if typing.get_origin(annotation) in (Union, types.UnionType) else (annotation,)
+    choices: list = []
+    for member in members:
+        if typing.get_origin(member) is Literal:
+            choices += typing.get_args(member)
+        elif member is type(None):
+            choices.append(None)
+        else:
+            return None
+    return tuple(choices) or None
 
 
 def normalise(annotation: Any) -> Any:

@@ -12,12 +12,14 @@ OmegaConf rejects an unknown key or a wrong type with the key's full name.
 
 from __future__ import annotations
 
+import functools
+import typing
 from dataclasses import dataclass, field, make_dataclass
 from typing import Any, Literal, Optional, Union
 
 from omegaconf import MISSING
 
-from poslab.options import option_fields
+from poslab.options import config_type, keyword_options, literal_choices, option_fields
 
 Number = Union[int, float]
 
@@ -85,6 +87,13 @@ RANGES: dict[str, Range] = {
     "trainer.log_every_n_steps": AT_LEAST_1,
     "trainer.gradient_clip_val": AT_LEAST_0,
     "trainer.num_sanity_val_steps": Range(-1),
+    "trainer.accumulate_grad_batches": AT_LEAST_1,
+    "trainer.fast_dev_run": AT_LEAST_0,  # true or a number of batches
+    "trainer.min_epochs": AT_LEAST_0,
+    "trainer.min_steps": AT_LEAST_0,
+    "trainer.overfit_batches": AT_LEAST_0,
+    "trainer.limit_predict_batches": AT_LEAST_0,
+    "trainer.reload_dataloaders_every_n_epochs": AT_LEAST_0,
     "data.batch_size": AT_LEAST_1,
     "data.eval_batch_size": AT_LEAST_1,
     "data.num_workers": AT_LEAST_0,
@@ -100,28 +109,47 @@ class RunConfig:
     checkpoint_every_n_steps: Optional[int] = None
 
 
-@dataclass
-class TrainerConfig:
-    """Lightning ``Trainer`` arguments (``name`` is the preset)."""
+#: ``lightning.Trainer`` arguments poslab builds itself, and where a run configures them instead.
+TRAINER_OWNED = {
+    "logger": "logger=NAME (wandb, csv, tensorboard, none) and the logger.* keys",
+    "callbacks": "the top-level callbacks list, e.g. callbacks=[early_stopping,lr_monitor]",
+    "plugins": "poslab: its checkpoint IO writes a SHA-256 beside each checkpoint; precision is trainer.precision, "
+    "and Lightning detects the cluster environment",
+    "default_root_dir": "run.root and run.name",
+    "enable_checkpointing": "poslab: best.ckpt and last.ckpt are always written (run.checkpoint_every_n_steps)",
+}
 
-    name: str = MISSING
-    accelerator: str = MISSING
-    devices: Any = MISSING
-    num_nodes: int = MISSING
-    strategy: str = MISSING
-    precision: str = MISSING
-    max_epochs: int = MISSING
-    max_steps: int = MISSING
-    limit_train_batches: Optional[Number] = MISSING  # null: all; int: batches; float: fraction
-    limit_val_batches: Optional[Number] = MISSING
-    limit_test_batches: Optional[Number] = MISSING
-    check_val_every_n_epoch: Optional[int] = MISSING
-    val_check_interval: Optional[Number] = MISSING  # null: once per epoch; int: every n training steps
-    log_every_n_steps: int = MISSING
-    gradient_clip_val: Optional[float] = MISSING
-    num_sanity_val_steps: int = MISSING
-    deterministic: bool = MISSING
-    enable_progress_bar: bool = MISSING
+
+#: Where poslab's default differs from Lightning's (``build_trainer`` passes these unless a config sets them).
+TRAINER_DEFAULTS = {"enable_model_summary": False}  # a run prints its own one-line summary (num_params)
+
+#: Nodes typed by a signature and kept sparse: a config holds the keys it sets, checked against the schema
+#: the function returns for the node; every other key keeps the signature's default where it is used.
+SIGNATURE_NODES: dict[str, Any] = {"trainer": lambda node: trainer_schema()}
+
+
+@functools.cache
+def trainer_schema() -> type:
+    """``trainer.*``: ``name`` (the preset) and every ``lightning.Trainer`` argument a YAML value can hold,
+    typed from its signature with Lightning's defaults (:func:`poslab.options.config_type`): objects take
+    their string forms (``profiler=simple``, ``strategy=ddp``). The keys a config sets are passed on; the
+    others keep Lightning's defaults. ``owned`` and ``choices`` ride along for validation."""
+    import lightning as L
+
+    hints = typing.get_type_hints(L.Trainer.__init__)
+    fields_: list = [("name", str, field(default=MISSING))]
+    choices = {}
+    for key, param in keyword_options(L.Trainer).items():
+        held = config_type(hints.get(key, Any))
+        if key in TRAINER_OWNED or held is None:
+            continue
+        fields_.append((key, held, field(default=TRAINER_DEFAULTS.get(key, param.default))))
+        listed = literal_choices(hints[key])
+        if listed:
+            choices[key] = listed
+    schema = make_dataclass("TrainerConfig", fields_)
+    schema.owned, schema.choices = TRAINER_OWNED, choices
+    return schema
 
 
 @dataclass
@@ -216,7 +244,7 @@ def root_schema(modality: str, encoder: type) -> type:
             ("data", parts.data, field(default_factory=parts.data)),
             ("model", parts.model, field(default_factory=parts.model)),
             ("optim", OptimConfig, field(default_factory=OptimConfig)),
-            ("trainer", TrainerConfig, field(default_factory=TrainerConfig)),
+            ("trainer", dict[str, Any], field(default_factory=dict)),  # typed by trainer_schema(), sparse
             ("logger", LoggerConfig, field(default_factory=LoggerConfig)),
             ("run", RunConfig, field(default_factory=RunConfig)),
             ("eval", parts.eval, field(default_factory=parts.eval)),

@@ -322,7 +322,7 @@ def finish_run(kind, cfg, run_dir, name, trainer, task, metrics, logged, checkpo
 def check_accelerator(cfg: DictConfig) -> None:
     """Device settings checked before anything is written: ``trainer=gpu`` / ``ddp`` where no GPU is is one
     line naming what is present; settings Lightning rejects (``trainer.precision=99``) are one line too."""
-    accelerator = str(cfg.trainer.accelerator)
+    accelerator = str(cfg.trainer.get("accelerator", "auto"))
     if accelerator in ("gpu", "cuda", "mps"):
         _check_gpu_present(cfg, accelerator)
     _check_device_settings(cfg)
@@ -337,17 +337,15 @@ def _check_device_settings(cfg: DictConfig) -> None:
     except ImportError:  # moved in another Lightning version: the Trainer will judge them itself
         return
 
-    t = cfg.trainer
+    judged = ("devices", "accelerator", "strategy", "num_nodes", "precision")
+    settings = {k: v for k, v in trainer_arguments(cfg).items() if k in judged}
     quiet = logging.getLogger("lightning.pytorch")
     level, quiet.level = quiet.level, logging.WARNING
     try:
-        _AcceleratorConnector(
-            devices=t.devices, accelerator=t.accelerator, strategy=t.strategy, num_nodes=t.num_nodes,
-            precision=t.precision,
-        )  # fmt: skip
+        _AcceleratorConnector(**settings)
     except Exception as exc:  # MisconfigurationException, ValueError, TypeError: all mean bad settings
         message = first_line(exc)
-        raise ConfigError(f"trainer settings rejected (trainer={t.name}): {message}") from None
+        raise ConfigError(f"trainer settings rejected (trainer={cfg.trainer.get('name')}): {message}") from None
     finally:
         quiet.level = level
 
@@ -364,6 +362,13 @@ def _check_gpu_present(cfg: DictConfig, accelerator: str) -> None:
     )
 
 
+def trainer_arguments(cfg: DictConfig) -> dict[str, Any]:
+    """The ``lightning.Trainer`` arguments a config sets, on poslab's defaults (the rest stay Lightning's)."""
+    from poslab.schema import TRAINER_DEFAULTS
+
+    return {**TRAINER_DEFAULTS, **{k: v for k, v in to_dict(cfg.trainer).items() if k != "name"}}
+
+
 def build_trainer(cfg: DictConfig, run_dir: Path, logger: Any, callbacks: list):
     import sys
 
@@ -372,8 +377,8 @@ def build_trainer(cfg: DictConfig, run_dir: Path, logger: Any, callbacks: list):
 
     from poslab.checkpoint_io import DigestedCheckpointIO
 
-    kwargs = {k: v for k, v in to_dict(cfg.trainer).items() if k != "name"}
-    if kwargs["enable_progress_bar"] and sys.stdout.isatty():
+    kwargs = trainer_arguments(cfg)
+    if kwargs.get("enable_progress_bar") is not False and sys.stdout.isatty():
         callbacks = [*callbacks, RichProgressBar()]
     from lightning.fabric.utilities.exceptions import MisconfigurationException
 
@@ -384,7 +389,6 @@ def build_trainer(cfg: DictConfig, run_dir: Path, logger: Any, callbacks: list):
             callbacks=callbacks,
             plugins=[DigestedCheckpointIO()],  # each checkpoint with its SHA-256 beside it
             default_root_dir=str(run_dir),
-            enable_model_summary=False,
         )
     except (MisconfigurationException, ValueError, TypeError) as exc:  # a value Lightning refuses
         raise ConfigError(f"trainer settings rejected (trainer={cfg.trainer.name}): {first_line(exc)}") from None
