@@ -51,14 +51,16 @@ def test_ranges_name_real_keys_of_some_modality():
     from omegaconf import OmegaConf
 
     from poslab.modalities import available_modalities
-    from poslab.schema import trainer_schema
+    from poslab.optimizers import optimizer_schema, optimizers
+    from poslab.trainer_schema import trainer_schema
 
     cfgs = [compose([f"modality={m}"]) for m in available_modalities()]
     cfgs.append(compose(["experiment=resolution"]))
-    trainer_keys = {f"trainer.{f.name}" for f in dataclasses.fields(trainer_schema())}
+    signature_keys = {f"trainer.{f.name}" for f in dataclasses.fields(trainer_schema())}
+    signature_keys |= {f"optim.{f.name}" for name in optimizers() for f in dataclasses.fields(optimizer_schema(name))}
     for key in RANGES:
-        if key.startswith("trainer."):
-            assert key in trainer_keys, key
+        if key.startswith(("trainer.", "optim.")):
+            assert key in signature_keys, key
         else:
             assert any(OmegaConf.select(c, key, default="<absent>") != "<absent>" for c in cfgs), key
 
@@ -80,15 +82,15 @@ def test_short_runs_have_a_schedule(tiny):
     """A warmup fraction of a few steps rounds to zero warmup steps, where OneCycleLR divides by zero."""
     import torch
 
-    from poslab.tasks.optim import adamw_one_cycle
+    from poslab.optimizers import configure
     from poslab.train import train
 
     summary = train(compose([*tiny, "trainer.max_epochs=1", "trainer.limit_train_batches=2"]))
     assert summary["metrics"]["test/acc"] >= 0
     for steps in (1, 2, 3, 10):  # the schedule runs every step, warming up and decaying, however short the run
         module = torch.nn.Linear(2, 2)
-        schedule = adamw_one_cycle(module, {"lr": 1.0, "weight_decay": 0.0, "betas": (0.9, 0.99),
-                                            "warmup_fraction": 0.05}, steps)["lr_scheduler"]["scheduler"]  # fmt: skip
+        optim = {"lr": 1.0, "weight_decay": 0.0, "betas": (0.9, 0.99), "warmup_fraction": 0.05}
+        schedule = configure(module, optim, {}, steps)["lr_scheduler"]["scheduler"]
         lrs = [schedule.get_last_lr()[0]]
         for _ in range(max(steps, 2) - 1):
             schedule.optimizer.step()

@@ -72,8 +72,10 @@ def test_accumulation_and_fast_dev_run_train_as_lightning_does(tiny):
 @pytest.mark.parametrize(
     ("override", "message"),
     [
-        ("trainer.accumulate_grad_batch=2",
-         "unknown config key 'trainer.accumulate_grad_batch' (did you mean 'trainer.accumulate_grad_batches'?)"),
+        (
+            "trainer.accumulate_grad_batch=2",
+            "unknown config key 'trainer.accumulate_grad_batch' (did you mean 'trainer.accumulate_grad_batches'?)",
+        ),
         ("trainer.fast_dev=true", "(did you mean 'trainer.fast_dev_run'?)"),
         ("trainer.accumulate_grad_batches=x", "config key 'trainer.accumulate_grad_batches' expects int, got 'x'"),
         ("trainer.accumulate_grad_batches=0", "'trainer.accumulate_grad_batches' must be >= 1, got 0"),
@@ -91,3 +93,26 @@ def test_a_bad_trainer_setting_is_one_line_and_leaves_nothing(override, message,
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and message in err, err
     assert not [p for p in run_root.rglob("*") if p.is_file()]
+
+
+def test_the_generated_argument_table_matches_the_installed_lightnings_signature():
+    """Regenerate with `python -m poslab.trainer_schema` after upgrading Lightning."""
+    from importlib import metadata
+
+    from poslab import trainer_arguments
+    from poslab.trainer_schema import live_arguments
+
+    if trainer_arguments.LIGHTNING != metadata.version("lightning"):
+        pytest.skip(f"table made for Lightning {trainer_arguments.LIGHTNING}; this one reads the signature live")
+    assert list(trainer_arguments.ARGUMENTS) == live_arguments()
+
+
+def test_composing_a_config_does_not_import_lightning():
+    """Only commands that train pay Lightning's import: --print-config, list and show compose without it."""
+    import subprocess
+    import sys
+
+    code = "import sys; from poslab.config import compose; compose(['trainer.fast_dev_run=1']); "
+    code += "print('lightning' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False"

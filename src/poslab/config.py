@@ -123,11 +123,7 @@ class Overrides:
             key = key.strip()
             if not sep or not key:
                 raise ConfigError(f"override '{item}' is not key=value")
-            try:
-                value = OmegaConf.to_container(OmegaConf.from_dotlist([f"_={raw}"]))["_"]
-            except Exception as exc:  # OmegaConf's errors, and YAML's for an unbalanced '{' or '['
-                message = getattr(exc, "msg", None) or str(exc) or type(exc).__name__
-                raise ConfigError(f"cannot parse the value of '{item}': {message.splitlines()[0]}") from None
+            value = _parse_value(item, raw)
             if key in GROUPS:
                 if not raw.strip():
                     valid = ", ".join(group_choices(key)) or "none"
@@ -148,6 +144,24 @@ class Overrides:
                 key = f"{key}.name"
             OmegaConf.update(out, key, value, force_add=True)
         return out
+
+
+def _parse_value(item: str, raw: str) -> Any:
+    """A command-line value as YAML reads it; a flow mapping may be written without spaces, as Hydra takes it
+    (``{early_stopping:{patience:5}}``: YAML needs a space after each colon)."""
+    import re
+
+    try:
+        return OmegaConf.to_container(OmegaConf.from_dotlist([f"_={raw}"]))["_"]
+    except Exception as exc:  # OmegaConf's errors, and YAML's for an unbalanced '{' or '['
+        if "{" in raw:
+            spaced = re.sub(r"([{,]\s*[\w.\-/]+):(?!\s)", r"\1: ", raw)
+            try:
+                return OmegaConf.to_container(OmegaConf.from_dotlist([f"_={spaced}"]))["_"]
+            except Exception:  # noqa: BLE001: the original message names what the user wrote
+                pass
+        message = getattr(exc, "msg", None) or str(exc) or type(exc).__name__
+        raise ConfigError(f"cannot parse the value of '{item}': {message.splitlines()[0]}") from None
 
 
 def _named_nodes(cfg: DictConfig) -> set[str]:
@@ -209,7 +223,23 @@ def _compose(overrides: list[str] | tuple[str, ...]) -> DictConfig:
         *({group: load_node(group, select(group))} for group in NODE_GROUPS),
         exp_cfg,
     )
-    return validate(_merge_overrides(cfg, cli))
+    cfg = _merge_overrides(cfg, cli)
+    _check_explicit_options(cfg, cli)
+    return validate(cfg)
+
+
+def _check_explicit_options(cfg: DictConfig, cli: Overrides) -> None:
+    """A command-line key that is an option of another choice (``optim.momentum`` with AdamW) is one line:
+    a YAML's such keys are left out (they tune another optimiser), the command line's asked for this one."""
+    from poslab.schema import SIGNATURE_NODES
+
+    for key, _ in cli.values:
+        node, _, sub = key.partition(".")
+        if node in SIGNATURE_NODES and sub and isinstance(cfg.get(node), DictConfig):
+            schema = SIGNATURE_NODES[node](cfg[node])
+            if sub.split(".")[0] in getattr(schema, "foreign", ()):
+                options = [f.name for f in dataclasses.fields(schema)]
+                raise ConfigError(f"'{key}' is not an option of {schema.label}; its options: {', '.join(options)}")
 
 
 def _merge_overrides(cfg: DictConfig, cli: Overrides) -> DictConfig:
@@ -227,7 +257,7 @@ def _merge_overrides(cfg: DictConfig, cli: Overrides) -> DictConfig:
 
 
 #: What a checkpoint's weights depend on: evaluation cannot change these.
-FIXED_BY_CHECKPOINT = ("modality", "experiment", "task", "encoder", "model", "optim")
+FIXED_BY_CHECKPOINT = ("modality", "experiment", "task", "encoder", "model", "optim", "sched")
 
 
 def recompose(
@@ -283,6 +313,7 @@ def validate(cfg: DictConfig) -> DictConfig:
 
     for name, schema_of in SIGNATURE_NODES.items():
         merged[name] = typed_node(merged[name], schema_of(merged[name]), name)
+    merged.callbacks = _typed_callbacks(OmegaConf.to_container(merged.callbacks))
     check_values(merged, parts.ranges)
     problem = parts.check(merged) if parts.check else None
     if problem:
@@ -293,15 +324,19 @@ def validate(cfg: DictConfig) -> DictConfig:
 def typed_node(node: DictConfig, schema: type, name: str) -> dict[str, Any]:
     """The keys ``node`` sets, typed by ``schema`` (a signature's options, :data:`poslab.schema.SIGNATURE_NODES`):
     a key poslab owns, an unknown key, a wrong type or a value outside the listed choices is one line."""
-    owned = getattr(schema, "owned", {})
+    owned, foreign = getattr(schema, "owned", {}), getattr(schema, "foreign", set())
+    node = {key: value for key, value in node.items() if key not in foreign}  # set for another choice
     for key in node:
         if key in owned:
             raise ConfigError(f"'{name}.{key}' is not a config key: it is set by {owned[key]}")
-    wrapper = dataclasses.make_dataclass("Node", [(name, schema, dataclasses.field(default_factory=schema))])
-    structured, given = OmegaConf.structured(wrapper), OmegaConf.create({name: node})
+    wrapper, given = schema, dict(node)
+    for part in reversed(name.split(".")):  # nested under its full name, so errors name the full key
+        wrapper = dataclasses.make_dataclass("Node", [(part, wrapper, dataclasses.field(default_factory=wrapper))])
+        given = {part: given}
+    structured, given = OmegaConf.structured(wrapper), OmegaConf.create(given)
     _check_keys(given, structured, "")
     try:
-        typed = OmegaConf.merge(structured, given)[name]
+        typed = OmegaConf.select(OmegaConf.merge(structured, given), name)
     except (OmegaConfBaseException, TypeError) as exc:
         raise _type_error(exc, given, structured, wrapper) from None
     for key, allowed in getattr(schema, "choices", {}).items():
@@ -313,6 +348,19 @@ def typed_node(node: DictConfig, schema: type, name: str) -> dict[str, Any]:
             )
     plain = OmegaConf.to_container(typed, resolve=True)
     return {key: plain[key] for key in node}
+
+
+def _typed_callbacks(listed: list) -> list:
+    """``callbacks``' presets checked by name and their options against their Lightning class's signature."""
+    if not listed:
+        return []
+    from poslab.callback_presets import entries, preset_schema
+
+    typed = []
+    for name, options in entries(listed):
+        options = typed_node(options, preset_schema(name), f"callbacks.{name}")
+        typed.append({name: options} if options else name)
+    return typed
 
 
 def check_values(cfg: DictConfig, ranges: dict | None = None) -> None:
@@ -504,6 +552,7 @@ def config_hash(cfg: dict, ignore: tuple[str, ...] = ()) -> str:
     import json
 
     plain = json.loads(json.dumps(cfg))  # a deep copy of plain containers
+    plain = {k: v for k, v in plain.items() if v not in ({}, [])}  # an empty node computes nothing
     for dotted in (*NOT_HASHED, *ignore):
         node, *path = dotted.split(".")
         parent, key = (plain, node) if not path else (plain.get(node, {}), path[-1])

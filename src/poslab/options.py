@@ -48,6 +48,41 @@ def options_schema(name: str, fn: Callable, supplied: tuple[str, ...] = (), base
     return schema
 
 
+def signature_schema(
+    name: str, fn: Callable, skip: tuple[str, ...] = (), leading: list | tuple = (), defaults: Mapping | None = None
+) -> type:
+    """A dataclass of the arguments of ``fn`` a YAML value can hold (:func:`config_type`; the others, and
+    ``skip``, are left out), after the ``leading`` ``(key, type, field)`` entries; defaults are ``fn``'s unless
+    ``defaults`` overrides them. ``choices`` rides along: the listed values of ``Literal`` arguments."""
+    target = fn.__init__ if isinstance(fn, type) else fn
+    hints = typing.get_type_hints(target)
+    fields_, choices = list(leading), {}
+    for key, param in keyword_options(fn, skip).items():
+        held = config_type(hints.get(key, Any))
+        if held is None:
+            continue
+        default = (defaults or {}).get(key, MISSING if param.default is inspect.Parameter.empty else param.default)
+        default = plain_default(default)
+        fields_.append((key, held, field(default=default)))
+        listed = literal_choices(hints.get(key, Any))
+        if listed:
+            choices[key] = listed
+    schema = make_dataclass(name, fields_)
+    schema.choices = choices
+    return schema
+
+
+def plain_default(value: Any) -> Any:
+    """A default as a YAML value: an enum's value, an object (``torch.device('cpu')``) as its string."""
+    import enum
+
+    if isinstance(value, enum.Enum):
+        return value.value
+    if value is MISSING or value is None or isinstance(value, (*SCALARS, list, tuple, dict)):
+        return value
+    return str(value)
+
+
 def pick_options(fn: Callable, values: Mapping[str, Any], supplied: tuple[str, ...] = ()) -> dict[str, Any]:
     """The entries of ``values`` that are options of ``fn`` (a config node also holds keys other code reads)."""
     options = keyword_options(fn, supplied)
@@ -58,12 +93,18 @@ def pick_options(fn: Callable, values: Mapping[str, Any], supplied: tuple[str, .
 SCALARS = (bool, int, float, str)
 
 
+def union_members(annotation: Any) -> tuple:
+    """``A | B`` -> ``(A, B)``; anything else -> ``(annotation,)``."""
+    is_union = typing.get_origin(annotation) in (Union, types.UnionType)
+    return typing.get_args(annotation) if is_union else (annotation,)
+
+
 def config_type(annotation: Any) -> Any:
     """What a config key can hold of a parameter's annotation: its scalar and container members (a
     ``Literal``'s values as their types; objects, callables and durations dropped, as a YAML value cannot
     be one); ``Any`` when containers and scalars mix (OmegaConf's unions take scalars only), ``None`` when
     nothing is left (the argument takes objects only)."""
-    members = typing.get_args(annotation) if typing.get_origin(annotation) in (Union, types.UnionType) else (annotation,)
+    members = union_members(annotation)
     scalars: list[type] = []
     containers, optional = [], False
     for member in members:
@@ -74,8 +115,9 @@ def config_type(annotation: Any) -> Any:
             scalars += [type(v) for v in typing.get_args(member) if v is not None]
             optional |= None in typing.get_args(member)
         elif origin in (list, dict, tuple):
-            if all(a is Ellipsis or config_type(a) is not None for a in typing.get_args(member)):
-                containers.append(member)  # a list of objects cannot be written in YAML either
+            inner = [a if a is Ellipsis else config_type(a) for a in typing.get_args(member)]
+            if None not in inner:  # a list of objects cannot be written in YAML either
+                containers.append(origin[tuple(inner)] if inner else member)
         elif member is Any:
             return Any
         elif member in SCALARS:
@@ -91,7 +133,7 @@ def config_type(annotation: Any) -> Any:
 
 def literal_choices(annotation: Any) -> tuple | None:
     """The values a parameter accepts when its annotation lists them all (``Literal`` members, ``None``)."""
-    members = typing.get_args(annotation) if typing.get_origin(annotation) in (Union, types.UnionType) else (annotation,)
+    members = union_members(annotation)
     choices: list = []
     for member in members:
         if typing.get_origin(member) is Literal:

@@ -23,7 +23,10 @@ RECORD_FILE = "run.json"
 LAST_CHECKPOINT = Path("checkpoints") / "last.ckpt"
 #: What a resumed run may change (key prefixes): how long it trains, whether it is compiled, and where its
 #: files go.
-CHANGEABLE = ("trainer.max_steps", "trainer.max_epochs", "model.compile", "run.", "resume")
+CHANGEABLE = (
+    "trainer.max_steps", "trainer.max_epochs", "trainer.max_time", "trainer.enable_progress_bar", "model.compile",
+    "run.", "resume",
+)  # fmt: skip
 #: Differing keys named in the error, at most (one line stays readable).
 SHOWN = 8
 #: Group selections that name what a run is, and the key holding that name in its config.
@@ -89,12 +92,18 @@ def resumed_config(cfg: DictConfig, overrides: list[str] | tuple[str, ...]) -> D
         more = f" and {len(changed) - SHOWN} more" if len(changed) > SHOWN else ""
         raise ConfigError(
             f"resume={cfg.resume}: the config differs from the run's in {shown}{more}; "
-            "a resumed run may change only trainer.max_steps, trainer.max_epochs, model.compile and run.*"
+            f"a resumed run may change only {changeable()}"
         )
     new.resume = str(run_dir)
     new.run.name = run_dir.name
     new.run.root = str(run_dir.parent.parent)
     return new
+
+
+def changeable() -> str:
+    """:data:`CHANGEABLE` as words: ``trainer.max_steps, ..., model.compile and run.*``."""
+    keys = [k if not k.endswith(".") else f"{k}*" for k in CHANGEABLE if k != "resume"]
+    return ", ".join(keys[:-1]) + f" and {keys[-1]}"
 
 
 def stored_config(run_dir: Path, target: Any) -> dict[str, Any]:

@@ -12,14 +12,12 @@ OmegaConf rejects an unknown key or a wrong type with the key's full name.
 
 from __future__ import annotations
 
-import functools
-import typing
 from dataclasses import dataclass, field, make_dataclass
 from typing import Any, Literal, Optional, Union
 
 from omegaconf import MISSING
 
-from poslab.options import config_type, keyword_options, literal_choices, option_fields
+from poslab.options import option_fields
 
 Number = Union[int, float]
 
@@ -76,6 +74,8 @@ RANGES: dict[str, Range] = {
     "optim.weight_decay": AT_LEAST_0,
     "optim.betas": FRACTION,
     "optim.warmup_fraction": FRACTION,
+    "optim.momentum": AT_LEAST_0,  # SGD's, RMSprop's (an option of the optimiser optim.name picks)
+    "optim.eps": AT_LEAST_0,
     "trainer.num_nodes": AT_LEAST_1,
     "trainer.max_epochs": Range(1, also=(-1,)),  # -1: no limit; 0 would test an untrained model
     "trainer.max_steps": Range(1, also=(-1,)),
@@ -109,47 +109,25 @@ class RunConfig:
     checkpoint_every_n_steps: Optional[int] = None
 
 
-#: ``lightning.Trainer`` arguments poslab builds itself, and where a run configures them instead.
-TRAINER_OWNED = {
-    "logger": "logger=NAME (wandb, csv, tensorboard, none) and the logger.* keys",
-    "callbacks": "the top-level callbacks list, e.g. callbacks=[early_stopping,lr_monitor]",
-    "plugins": "poslab: its checkpoint IO writes a SHA-256 beside each checkpoint; precision is trainer.precision, "
-    "and Lightning detects the cluster environment",
-    "default_root_dir": "run.root and run.name",
-    "enable_checkpointing": "poslab: best.ckpt and last.ckpt are always written (run.checkpoint_every_n_steps)",
+#: Nodes typed by a signature and kept sparse: a config holds the keys it sets, checked against the schema
+#: the function returns for the node; every other key keeps the signature's default where it is used.
+SIGNATURE_NODES: dict[str, Any] = {
+    "trainer": lambda node: _trainer_schema(),
+    "optim": lambda node: _optimizer_schema(node.get("name", "adamw")),
+    "sched": lambda node: SchedConfig,
 }
 
 
-#: Where poslab's default differs from Lightning's (``build_trainer`` passes these unless a config sets them).
-TRAINER_DEFAULTS = {"enable_model_summary": False}  # a run prints its own one-line summary (num_params)
+def _trainer_schema() -> type:
+    from poslab.trainer_schema import trainer_schema
 
-#: Nodes typed by a signature and kept sparse: a config holds the keys it sets, checked against the schema
-#: the function returns for the node; every other key keeps the signature's default where it is used.
-SIGNATURE_NODES: dict[str, Any] = {"trainer": lambda node: trainer_schema()}
+    return trainer_schema()
 
 
-@functools.cache
-def trainer_schema() -> type:
-    """``trainer.*``: ``name`` (the preset) and every ``lightning.Trainer`` argument a YAML value can hold,
-    typed from its signature with Lightning's defaults (:func:`poslab.options.config_type`): objects take
-    their string forms (``profiler=simple``, ``strategy=ddp``). The keys a config sets are passed on; the
-    others keep Lightning's defaults. ``owned`` and ``choices`` ride along for validation."""
-    import lightning as L
+def _optimizer_schema(name: str) -> type:
+    from poslab.optimizers import optimizer_schema
 
-    hints = typing.get_type_hints(L.Trainer.__init__)
-    fields_: list = [("name", str, field(default=MISSING))]
-    choices = {}
-    for key, param in keyword_options(L.Trainer).items():
-        held = config_type(hints.get(key, Any))
-        if key in TRAINER_OWNED or held is None:
-            continue
-        fields_.append((key, held, field(default=TRAINER_DEFAULTS.get(key, param.default))))
-        listed = literal_choices(hints[key])
-        if listed:
-            choices[key] = listed
-    schema = make_dataclass("TrainerConfig", fields_)
-    schema.owned, schema.choices = TRAINER_OWNED, choices
-    return schema
+    return optimizer_schema(name)
 
 
 @dataclass
@@ -167,13 +145,11 @@ class LoggerConfig:
 
 
 @dataclass
-class OptimConfig:
-    """AdamW with a one-cycle (warmup + cosine) schedule stepped per batch."""
+class SchedConfig:
+    """The learning-rate schedule, stepped per batch after ``optim.warmup_fraction`` of linear warmup
+    (:data:`poslab.optimizers.SCHEDULES`); one-cycle is torch's ``OneCycleLR``."""
 
-    lr: float = MISSING
-    weight_decay: float = MISSING
-    betas: tuple[float, float] = MISSING
-    warmup_fraction: float = MISSING
+    name: Literal["one_cycle", "constant", "cosine", "linear"] = "one_cycle"
 
 
 @dataclass
@@ -243,7 +219,9 @@ def root_schema(modality: str, encoder: type) -> type:
             ("encoder", encoder, field(default_factory=encoder)),
             ("data", parts.data, field(default_factory=parts.data)),
             ("model", parts.model, field(default_factory=parts.model)),
-            ("optim", OptimConfig, field(default_factory=OptimConfig)),
+            ("optim", dict[str, Any], field(default_factory=dict)),  # typed by optimizer_schema(name), sparse
+            ("sched", dict[str, Any], field(default_factory=dict)),  # typed by SchedConfig, sparse
+            ("callbacks", list[Any], field(default_factory=list)),  # presets: poslab.callback_presets
             ("trainer", dict[str, Any], field(default_factory=dict)),  # typed by trainer_schema(), sparse
             ("logger", LoggerConfig, field(default_factory=LoggerConfig)),
             ("run", RunConfig, field(default_factory=RunConfig)),

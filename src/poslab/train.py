@@ -11,6 +11,7 @@ and tests call these directly. Each run owns its directory, its W&B run
 from __future__ import annotations
 
 import logging
+import os
 import secrets
 import signal
 import time
@@ -107,6 +108,7 @@ def _fit_and_test(cfg, datamodule, task, run_dir: Path, name: str, logger: Any, 
     from lightning.pytorch.callbacks import LearningRateMonitor
     from lightning.pytorch.utilities.exceptions import SIGTERMException
 
+    from poslab.callback_presets import RunFacts, build_callbacks
     from poslab.callbacks import (
         EncoderFigure,
         FiniteLoss,
@@ -129,6 +131,7 @@ def _fit_and_test(cfg, datamodule, task, run_dir: Path, name: str, logger: Any, 
     callbacks = [FiniteLoss(), checkpoint, periodic, TrainingPosition(), StepTimer(), History(), EncoderFigure()]
     if logger is not None:
         callbacks.append(LearningRateMonitor(logging_interval="step"))
+    callbacks = build_callbacks(cfg.callbacks, RunFacts(monitor, mode, cfg.optim.lr), callbacks)
     trainer = build_trainer(cfg, run_dir, logger, callbacks)
     define_summaries(logger, monitor, mode)
     last = run_dir / LAST_CHECKPOINT
@@ -139,7 +142,9 @@ def _fit_and_test(cfg, datamodule, task, run_dir: Path, name: str, logger: Any, 
         interrupted = trainer.received_sigterm  # Lightning may also end the fit quietly after the signal
     except (SIGTERMException, RunInterrupted):
         interrupted = True
-    except MisconfigurationException as exc:  # settings Lightning judges only once it sees the data
+    except (MisconfigurationException, ValueError) as exc:  # settings Lightning judges once it sees the data
+        if isinstance(exc, ValueError) and not raised_by_lightning(exc):
+            raise
         raise ConfigError(f"trainer settings rejected: {first_line(exc)}") from None
     except (MemoryError, RuntimeError) as exc:
         asked = memory_problem(exc)
@@ -163,6 +168,15 @@ def _fit_and_test(cfg, datamodule, task, run_dir: Path, name: str, logger: Any, 
             f"testing or an end-of-run evaluation ran out of memory (one allocation asked for {asked}); the "
             f"checkpoints are kept: lower the eval.* sizes and continue with poslab train resume={run_dir}"
         ) from None
+
+
+def raised_by_lightning(exc: BaseException) -> bool:
+    """Whether Lightning's own code raised ``exc`` (its checks of the settings against the data, such as
+    ``val_check_interval`` longer than an epoch), not the model or the data code it called."""
+    import traceback
+
+    frames = traceback.extract_tb(exc.__traceback__)
+    return bool(frames) and f"{os.sep}lightning{os.sep}pytorch{os.sep}" in frames[-1].filename
 
 
 def _too_big(exc: BaseException) -> BaseException:
@@ -364,7 +378,7 @@ def _check_gpu_present(cfg: DictConfig, accelerator: str) -> None:
 
 def trainer_arguments(cfg: DictConfig) -> dict[str, Any]:
     """The ``lightning.Trainer`` arguments a config sets, on poslab's defaults (the rest stay Lightning's)."""
-    from poslab.schema import TRAINER_DEFAULTS
+    from poslab.trainer_schema import TRAINER_DEFAULTS
 
     return {**TRAINER_DEFAULTS, **{k: v for k, v in to_dict(cfg.trainer).items() if k != "name"}}
 

@@ -7,7 +7,7 @@ from typing import Any
 import lightning as L
 
 from poslab.encoders import PositionEncoder, build_encoder_in_context
-from poslab.tasks.optim import adamw_one_cycle
+from poslab.optimizers import configure
 
 
 class PositionTask(L.LightningModule):
@@ -66,6 +66,7 @@ class PositionTask(L.LightningModule):
                 state.pop(key, None)
 
     def configure_optimizers(self):
-        return adamw_one_cycle(
-            self, self.cfg["optim"], self.trainer.estimated_stepping_batches, no_decay_modules=(self.encoder,)
-        )
+        return configure(
+            self, self.cfg["optim"], self.cfg.get("sched"), self.trainer.estimated_stepping_batches,
+            no_decay_modules=(self.encoder,),
+        )  # fmt: skip
