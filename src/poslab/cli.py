@@ -45,6 +45,13 @@ FILESYSTEM_ERRORS = {
 }
 
 
+def lightning_cli_form(arg: str) -> str:
+    """LightningCLI's ``--trainer.max_epochs=5`` is ``trainer.max_epochs=5`` (a dotted key with ``=`` only)."""
+    if arg.startswith("--") and "=" in arg and "." in arg.split("=", 1)[0]:
+        return arg[2:]
+    return arg
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="poslab",
@@ -57,7 +64,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     train = sub.add_parser("train", help="train one model (key=value overrides)")
     train.add_argument("overrides", nargs="*", metavar="key=value")
-    train.add_argument("--print-config", action="store_true", help="print the resolved config and exit")
+    train.add_argument(
+        "--print-config", "--print_config", action="store_true", help="print the resolved config and exit"
+    )
+    train.add_argument("--cfg", choices=["job"], help="Hydra's form of --print-config")
     train.add_argument(
         "--options", action="store_true", help="list every config key with its type, default and value, and exit"
     )
@@ -82,7 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
+    argv = [lightning_cli_form(a) for a in (sys.argv[1:] if argv is None else argv)]
     if argv[:1] == ["bench"]:
         from poslab.bench import main as bench_main
 
@@ -143,7 +153,7 @@ def _train(args: argparse.Namespace) -> int:
         from poslab.resume import resumed_config
 
         cfg = resumed_config(cfg, args.overrides)
-    if args.print_config:
+    if args.print_config or args.cfg:
         print(to_yaml(cfg), end="")
         return 0
     if args.options:

@@ -119,6 +119,7 @@ class Overrides:
         selections: dict[str, str | None] = {}
         values: list[tuple[str, Any]] = []
         for item in items:
+            item = _from_hydra(item)
             key, sep, raw = item.partition("=")
             key = key.strip()
             if not sep or not key:
@@ -146,6 +147,31 @@ class Overrides:
         return out
 
 
+#: Hydra keys and what poslab calls them (docs/configuration.md, "Coming from Hydra or LightningCLI").
+HYDRA_KEYS = {
+    "hydra.run.dir": "run.root and run.name (a run lands in <run.root>/<modality>/<run.name>)",
+    "hydra.sweep": "poslab compare (a grid of encoders x seeds) or poslab sweep (W&B)",
+    "hydra.job.name": "run.name",
+    "hydra": "poslab's own keys (poslab train --options)",
+}
+
+
+def _from_hydra(item: str) -> str:
+    """Hydra's override prefixes, where they mean something here: ``+key=v`` / ``++key=v`` (add / force-add)
+    set a declared key like ``key=v``; ``~key`` (delete) and ``hydra.*`` keys are one line saying what to use."""
+    if item.startswith("~"):
+        key = item[1:].split("=", 1)[0]
+        raise ConfigError(
+            f"'{item}': every key is declared and cannot be removed; set {key}=VALUE (defaults: poslab train --options)"
+        )
+    item = item.removeprefix("++").removeprefix("+")
+    key = item.split("=", 1)[0].strip()
+    if key == "hydra" or key.startswith("hydra."):
+        where = next(v for k, v in HYDRA_KEYS.items() if key == k or key.startswith(f"{k}."))
+        raise ConfigError(f"'{key}' is a Hydra key; poslab's equivalent: {where}")
+    return item
+
+
 def _parse_value(item: str, raw: str) -> Any:
     """A command-line value as YAML reads it; a flow mapping may be written without spaces, as Hydra takes it
     (``{early_stopping:{patience:5}}``: YAML needs a space after each colon)."""
@@ -158,7 +184,7 @@ def _parse_value(item: str, raw: str) -> Any:
             spaced = re.sub(r"([{,]\s*[\w.\-/]+):(?!\s)", r"\1: ", raw)
             try:
                 return OmegaConf.to_container(OmegaConf.from_dotlist([f"_={spaced}"]))["_"]
-            except Exception:  # noqa: BLE001: the original message names what the user wrote
+            except Exception:  # noqa: BLE001  (the original message names what the user wrote)
                 pass
         message = getattr(exc, "msg", None) or str(exc) or type(exc).__name__
         raise ConfigError(f"cannot parse the value of '{item}': {message.splitlines()[0]}") from None
