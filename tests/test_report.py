@@ -329,3 +329,14 @@ def test_two_reports_in_the_same_second_get_their_own_folders(tmp_path):
 
     first, second = unique_dir(tmp_path, "text-20261130-120000"), unique_dir(tmp_path, "text-20261130-120000")
     assert first != second and first.is_dir() and second.name == "text-20261130-120000-2"
+
+
+def test_compare_encoders_all_takes_every_fitting_encoder_and_more_after_it(monkeypatch):
+    from poslab.compare import expand_encoders, plan
+    from poslab.encoders import available_encoders
+
+    assert expand_encoders(["all", "rope+cyclic", "none"], ["none", "rope"]) == ["none", "rope", "rope+cyclic"]
+    labels = [label for label, _, _ in plan("vision", ["none", "all"], 1, ["experiment=null"])]
+    assert labels == ["none", *(e for e in available_encoders("vision") if e != "none")]  # each once, in order
+    monkeypatch.setattr("poslab.encoders.available_encoders", lambda modality=None: ["none", "sincos2d"])
+    assert [label for label, _, _ in plan("vision", ["all"], 1, ["experiment=null"])] == ["none", "sincos2d"]

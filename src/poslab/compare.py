@@ -38,6 +38,19 @@ class Outcome:
     metrics: dict[str, float] = field(default_factory=dict)
 
 
+#: In ``compare_encoders`` (or ``encoders=``): every registered encoder that fits the modality, a new one too.
+ALL = "all"
+
+
+def expand_encoders(listed: list[str], fitting: list[str]) -> list[str]:
+    """``listed`` with ``all`` replaced by ``fitting`` (the modality's encoders), each encoder once, in order:
+    ``[all, rope+cyclic]`` is every single encoder and one composite."""
+    out: list[str] = []
+    for name in listed:
+        out += fitting if name == ALL else [name]
+    return list(dict.fromkeys(out))
+
+
 def plan(
     modality: str, encoders: list[str] | None, seeds: int | None, overrides: list[str]
 ) -> list[tuple[str, int, Any]]:
@@ -58,7 +71,7 @@ def plan(
     seeds = base.compare_seeds if seeds is None else seeds
     if seeds < 1:
         raise ConfigError(f"seeds must be at least 1, got {seeds}")
-    encoders = encoders or list(base.compare_encoders) or available_encoders(modality)
+    encoders = expand_encoders(encoders or list(base.compare_encoders) or [ALL], available_encoders(modality))
     variants: dict[str | None, list[str]] = {k: list(v) for k, v in base.compare_variants.items()} or {None: []}
     grid = []
     for encoder in encoders:

@@ -282,21 +282,15 @@ def _merge_overrides(cfg: DictConfig, cli: Overrides) -> DictConfig:
         raise ConfigError(f"invalid overrides: {str(exc).splitlines()[0]}") from None
 
 
-#: What a checkpoint's weights depend on: evaluation cannot change these.
-FIXED_BY_CHECKPOINT = ("modality", "experiment", "task", "encoder", "model", "optim", "sched")
+def recompose(stored: dict, overrides: list[str] | tuple[str, ...] = (), evaluating: bool = True) -> DictConfig:
+    """A stored (checkpoint) config with overrides; ``evaluating``: only keys the checkpoint's weights do not
+    depend on (:mod:`poslab.policy`)."""
+    from poslab.policy import fixed_on_eval, rule
 
-
-def recompose(
-    stored: dict, overrides: list[str] | tuple[str, ...] = (), fixed: tuple[str, ...] = FIXED_BY_CHECKPOINT
-) -> DictConfig:
-    """A stored (checkpoint) config with overrides; by default of data, eval, trainer, logger, run and seed only."""
     cli = Overrides.parse(overrides)
     for key in [*cli.selections, *(k for k, _ in cli.values)]:
-        if key.split(".", 1)[0] in fixed:
-            raise ConfigError(
-                f"'{key}' is fixed by the checkpoint; evaluation may change data.*, eval.*, trainer, logger, run.* "
-                "and seed"
-            )
+        if evaluating and not rule(key).evaluate:
+            raise ConfigError(f"'{key}' is fixed by the checkpoint; evaluation keeps {fixed_on_eval()}")
     cfg = OmegaConf.create(stored)
     cfg = OmegaConf.merge(cfg, *({g: load_node(g, c)} for g, c in cli.selections.items() if c))
     return validate(_merge_overrides(cfg, cli))
@@ -556,22 +550,6 @@ def _plain(value: Any) -> Any:
     return value
 
 
-#: Keys that do not change what a run computes (where it writes, how it logs, how it shows
-#: progress, whether it is compiled, what a comparison plans or expects of it).
-NOT_HASHED = (
-    "run",
-    "resume",
-    "logger",
-    "trainer.enable_progress_bar",
-    "model.compile",
-    "eval.ckpt",
-    "expect",
-    "compare_encoders",
-    "compare_experiment",
-    "compare_variants",
-)
-
-
 def config_hash(cfg: dict, ignore: tuple[str, ...] = ()) -> str:
     """A short stable hash of what a run computes: equal configs, equal hashes."""
     import hashlib
@@ -579,7 +557,9 @@ def config_hash(cfg: dict, ignore: tuple[str, ...] = ()) -> str:
 
     plain = json.loads(json.dumps(cfg))  # a deep copy of plain containers
     plain = {k: v for k, v in plain.items() if v not in ({}, [])}  # an empty node computes nothing
-    for dotted in (*NOT_HASHED, *ignore):
+    from poslab.policy import not_computing
+
+    for dotted in (*not_computing(), *ignore):
         node, *path = dotted.split(".")
         parent, key = (plain, node) if not path else (plain.get(node, {}), path[-1])
         if isinstance(parent, dict):

@@ -21,12 +21,6 @@ from poslab.errors import ConfigError
 CONFIG_FILE = "config.yaml"
 RECORD_FILE = "run.json"
 LAST_CHECKPOINT = Path("checkpoints") / "last.ckpt"
-#: What a resumed run may change (key prefixes): how long it trains, whether it is compiled, and where its
-#: files go.
-CHANGEABLE = (
-    "trainer.max_steps", "trainer.max_epochs", "trainer.max_time", "trainer.enable_progress_bar", "model.compile",
-    "run.", "resume",
-)  # fmt: skip
 #: Differing keys named in the error, at most (one line stays readable).
 SHOWN = 8
 #: Group selections that name what a run is, and the key holding that name in its config.
@@ -59,10 +53,11 @@ def find_run(cfg: DictConfig) -> Path:
 def resumed_config(cfg: DictConfig, overrides: list[str] | tuple[str, ...]) -> DictConfig:
     """The stored config of the run ``cfg.resume`` names, with ``overrides`` applied and checked.
 
-    Only :data:`CHANGEABLE` keys may differ from the stored run; anything else
+    Only keys :mod:`poslab.policy` lets a resumed run change may differ from the stored run; anything else
     is one error line listing the keys.
     """
     from poslab.config import recompose, to_dict
+    from poslab.policy import changeable_on_resume, rule
 
     run_dir = find_run(cfg)
     stored = stored_config(run_dir, cfg.resume)
@@ -79,31 +74,25 @@ def resumed_config(cfg: DictConfig, overrides: list[str] | tuple[str, ...]) -> D
             continue
         rest.append(item)
     try:
-        new = recompose(stored, rest, fixed=())
+        new = recompose(stored, rest, evaluating=False)
     except ConfigError as exc:
         raise ConfigError(f"resume={cfg.resume}: {CONFIG_FILE} does not make a valid config: {exc}") from None
     changed += [
         (k, OmegaConf.select(stored_cfg, k), OmegaConf.select(new, k))
         for k in differing_keys(stored, to_dict(new))
-        if not k.startswith(CHANGEABLE)
+        if not rule(k).resume
     ]
     if changed:
         shown = ", ".join(f"{k} ({old!r} -> {now!r})" for k, old, now in changed[:SHOWN])
         more = f" and {len(changed) - SHOWN} more" if len(changed) > SHOWN else ""
         raise ConfigError(
             f"resume={cfg.resume}: the config differs from the run's in {shown}{more}; "
-            f"a resumed run may change only {changeable()}"
+            f"a resumed run may change only {changeable_on_resume()}"
         )
     new.resume = str(run_dir)
     new.run.name = run_dir.name
     new.run.root = str(run_dir.parent.parent)
     return new
-
-
-def changeable() -> str:
-    """:data:`CHANGEABLE` as words: ``trainer.max_steps, ..., model.compile and run.*``."""
-    keys = [k if not k.endswith(".") else f"{k}*" for k in CHANGEABLE if k != "resume"]
-    return ", ".join(keys[:-1]) + f" and {keys[-1]}"
 
 
 def stored_config(run_dir: Path, target: Any) -> dict[str, Any]:
