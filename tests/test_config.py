@@ -11,7 +11,7 @@ from omegaconf import OmegaConf
 from poslab.config import compose, config_dir, declared_default, option_rows, recompose, to_dict
 from poslab.encoders import available_encoders, encoder_options
 from poslab.errors import ConfigError
-from poslab.modalities import available_modalities
+from poslab.modalities import available_modalities, get_modality
 from poslab.schema import encoder_schema, root_schema
 
 GROUPS = ("task", "data", "eval", "model", "logger")
@@ -100,7 +100,7 @@ def _restated_defaults(node, schema: type, prefix: str) -> list[str]:
 @pytest.mark.parametrize("modality", available_modalities())
 def test_an_option_is_declared_once_and_the_yaml_sets_only_other_values(modality):
     """task / data / eval / model / logger options carry their defaults in code; no YAML repeats one."""
-    schema = root_schema(modality, encoder_schema("none"))
+    schema = root_schema(get_modality(modality), encoder_schema("none"))
     groups = {f.name: f.default_factory for f in dataclasses.fields(schema) if f.name in GROUPS}
     for path in (config_dir() / "modality" / f"{modality}.yaml", config_dir() / "train.yaml"):
         node = OmegaConf.load(path)
@@ -113,7 +113,7 @@ def test_an_option_is_declared_once_and_the_yaml_sets_only_other_values(modality
 
 
 def test_the_check_for_restated_defaults_finds_one():
-    schema = root_schema("video", encoder_schema("none"))
+    schema = root_schema(get_modality("video"), encoder_schema("none"))
     data = next(f.default_factory for f in dataclasses.fields(schema) if f.name == "data")
     assert _restated_defaults(OmegaConf.create({"frames": 8, "canvas": 64}), data, "data.") == ["data.frames"]
 

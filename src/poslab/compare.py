@@ -185,7 +185,7 @@ def _report(grid, compare_id: str, modality: str, run_dirs: list[Path], reports,
 def overlay_series(groups) -> dict[str, tuple[str, str, dict[str, dict[int, float]]]]:
     """chart key -> (title, x name, encoder -> {x: mean y}): every encoder's curve in one chart (the
     modality's ``overlays``)."""
-    from poslab.modalities import get_modality
+    from poslab.plugins import get_modality
 
     overlays = get_modality(groups[0].modality).piece("overlays") if groups else None
     return overlays(groups) if overlays else {}
@@ -227,7 +227,7 @@ def wide_table(groups) -> tuple[list[str], list[list[Any]]]:
 
 def bar_series(groups) -> dict[str, list[list[Any]]]:
     """Headline metric -> rows of (encoder, mean, std, n): one bar chart each."""
-    from poslab.modalities import get_modality
+    from poslab.plugins import get_modality
 
     out = {}
     for metric in get_modality(groups[0].modality).headline if groups else ():

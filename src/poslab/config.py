@@ -16,64 +16,19 @@ type is a :class:`~poslab.errors.ConfigError` naming the full key.
 from __future__ import annotations
 
 import dataclasses
-import functools
-import os
 import typing
-from pathlib import Path
 from typing import Any, Literal, Union
 
 from omegaconf import DictConfig, ListConfig, OmegaConf, SCMode
 from omegaconf.errors import OmegaConfBaseException
 
+from poslab.config_files import config_dir, group_choices, load_yaml, modality_positions  # noqa: F401 (re-exported)
 from poslab.errors import ConfigError, did_you_mean
 
 #: Groups chosen by name (a YAML file each under ``configs/<group>/``).
 GROUPS = ("modality", "encoder", "experiment", "logger", "trainer")
 #: Groups whose YAML becomes a config node of the same name.
 NODE_GROUPS = ("encoder", "logger", "trainer")
-
-
-def config_dir() -> Path:
-    """Where the YAML lives: ``$POSLAB_CONFIG_DIR``; else the checkout's ``configs/`` (an editable install,
-    ``PYTHONPATH=src``); else the copy a wheel installs under ``<prefix>/share/poslab/configs``."""
-    import sys
-
-    env = os.environ.get("POSLAB_CONFIG_DIR")
-    if env:
-        return Path(env)
-    here = Path(__file__).resolve()
-    candidates = [here.parents[2] / "configs"]  # src/poslab/config.py -> the checkout
-    candidates += [here.parents[i] / "share" / "poslab" / "configs" for i in (3, 4)]  # <prefix>/lib/pythonX/...
-    candidates.append(Path(sys.prefix) / "share" / "poslab" / "configs")
-    return next((c for c in candidates if (c / "train.yaml").is_file()), candidates[0])
-
-
-def modality_positions(modality: str) -> tuple[str, ...]:
-    """The ``Positions`` fields a modality's data provides (``positions:`` in its YAML)."""
-    return _modality_positions(str(config_dir()), modality)
-
-
-@functools.cache
-def _modality_positions(folder: str, modality: str) -> tuple[str, ...]:
-    path = Path(folder) / "modality" / f"{modality}.yaml"
-    return tuple(OmegaConf.load(path).get("positions") or ()) if path.is_file() else ()
-
-
-def group_choices(group: str) -> list[str]:
-    folder = config_dir() / group
-    return sorted(p.stem for p in folder.glob("*.yaml")) if folder.is_dir() else []
-
-
-def load_yaml(path: Path) -> DictConfig:
-    try:
-        cfg = OmegaConf.load(path)
-    except FileNotFoundError:
-        raise ConfigError(f"config file {path} does not exist") from None
-    except Exception as exc:  # YAML syntax errors
-        raise ConfigError(f"cannot read {path}: {str(exc).splitlines()[0]}") from None
-    if not isinstance(cfg, DictConfig):
-        raise ConfigError(f"{path} must hold a mapping at the top level")
-    return cfg
 
 
 def load_group(group: str, choice: str) -> DictConfig:
@@ -192,7 +147,7 @@ def _parse_value(item: str, raw: str) -> Any:
 
 def _named_nodes(cfg: DictConfig) -> set[str]:
     """Top-level keys whose node has a ``name`` (in the config, or declared by its modality's schema)."""
-    from poslab.modalities import get_modality
+    from poslab.plugins import get_modality
 
     named = {k for k, v in cfg.items() if isinstance(v, DictConfig) and "name" in v}
     if cfg.get("modality"):
@@ -308,14 +263,14 @@ def _pop_defaults(cfg: DictConfig) -> dict[str, Any]:
 def validate(cfg: DictConfig) -> DictConfig:
     """Check ``cfg`` against the schema of its modality and encoder; return it typed."""
     from poslab.encoders import encoder_class
-    from poslab.modalities import get_modality
+    from poslab.plugins import get_modality
     from poslab.schema import encoder_schema, root_schema
 
     modality = cfg.get("modality")
     parts = get_modality(modality)  # an unknown modality: one line naming the valid ones
     encoder = OmegaConf.select(cfg, "encoder.name")
     encoder_class(encoder, modality)
-    schema = root_schema(modality, encoder_schema(encoder))
+    schema = root_schema(parts, encoder_schema(encoder))
     structured = OmegaConf.structured(schema)
     _check_keys(cfg, structured, "")
     try:
@@ -507,9 +462,10 @@ def declared_default(f: dataclasses.Field) -> Any:
 def option_rows(cfg: DictConfig) -> list[tuple[str, str, str, str]]:
     """``(key, type, default, value)`` for every key of ``cfg``'s schema: the options of its modality, encoder
     and model as their schemas (derived from the constructors where they can be) declare them."""
+    from poslab.plugins import get_modality
     from poslab.schema import SIGNATURE_NODES, encoder_schema, root_schema
 
-    schema = root_schema(cfg.modality, encoder_schema(cfg.encoder.name))
+    schema = root_schema(get_modality(cfg.modality), encoder_schema(cfg.encoder.name))
     rows = []
 
     def walk(node: Any, prefix: str) -> None:

@@ -52,7 +52,7 @@ def compare_summaries(compare_id: str, roots: Sequence[str | Path]) -> list:
 
 def plan_dashboard(compare_id: str, summaries: Sequence, entity: str | None = None, project: str | None = None):
     """The panels for these runs; ``entity`` / ``project`` default to the runs' own logger settings."""
-    from poslab.modalities import get_modality
+    from poslab.plugins import get_modality
     from poslab.report_figures import VAL_CURVE
 
     if not summaries:

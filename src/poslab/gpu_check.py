@@ -155,8 +155,8 @@ def flex_error(
     import torch.nn.functional as F
 
     from poslab.encoders import build_encoder_in_context, encoder_defaults
-    from poslab.encoders.offsets import toeplitz_offsets
     from poslab.nn.kernels import flex
+    from poslab.offsets import toeplitz_offsets
     from poslab.positions import Positions
 
     defaults = encoder_defaults(name)

@@ -125,7 +125,7 @@ def group_runs(summaries: Iterable[dict]) -> list[Group]:
 
 def metric_columns(groups: Sequence[Group]) -> list[str]:
     """The modality's headline metrics first, then the metric families it lists as extra that the runs report."""
-    from poslab.modalities import get_modality
+    from poslab.plugins import get_modality
 
     modality = get_modality(groups[0].modality)
     present = {k for g in groups for r in g.runs for k in r["metrics"]}
@@ -155,7 +155,7 @@ def table(groups: Sequence[Group], columns: Sequence[str]) -> str:
 
 def modality_tables(modality: str, groups: Sequence[Group]) -> list[str]:
     """The Markdown lines of the modality's own tables (``Modality.report_tables``)."""
-    from poslab.modalities import get_modality
+    from poslab.plugins import get_modality
 
     tables = get_modality(modality).piece("report_tables")
     return tables(groups) if tables else []

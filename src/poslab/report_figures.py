@@ -67,7 +67,7 @@ def training_curves(groups: Sequence):
 
 def figures(modality: str, groups: Sequence) -> Iterator[tuple[str, str, Any]]:
     """(file stem, caption, figure) for everything these runs can show: the modality's figures, then training."""
-    from poslab.modalities import get_modality
+    from poslab.plugins import get_modality
 
     pieces = get_modality(modality).piece("report_figures")
     candidates = [*(pieces(groups) if pieces else []), ("training", "training curves", lambda: training_curves(groups))]

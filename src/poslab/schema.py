@@ -196,11 +196,9 @@ def _option_fields(name: str) -> list:
     return option_fields(encoder_class(name), supplied=STRUCTURAL_ARGS)
 
 
-def root_schema(modality: str, encoder: type) -> type:
-    """The whole config's schema for one (modality, encoder) pair."""
-    from poslab.modalities import get_modality
-
-    parts = get_modality(modality)
+def root_schema(parts: Any, encoder: type) -> type:
+    """The whole config's schema for one modality (its :class:`~poslab.modalities.Modality` record:
+    its ``task`` / ``data`` / ``model`` / ``eval`` schemas) and one encoder's schema."""
     return make_dataclass(
         "Config",
         [

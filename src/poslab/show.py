@@ -70,7 +70,7 @@ def default_modality(name: str) -> str:
     from poslab.config import modality_positions
     from poslab.encoders import encoder_class
     from poslab.errors import ConfigError
-    from poslab.modalities import available_modalities
+    from poslab.plugins import available_modalities
 
     encoder_class(name)  # an unknown encoder: its own one-line error
     fitting = []
@@ -86,7 +86,7 @@ def default_modality(name: str) -> str:
 
 
 def canvas_of(modality: str, length: int | None) -> Canvas:
-    from poslab.modalities import get_modality
+    from poslab.plugins import get_modality
 
     show = get_modality(modality).piece("show")
     if show is None:

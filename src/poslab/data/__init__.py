@@ -17,7 +17,7 @@ def build_datamodule(cfg: Any, train_cfg: Any = None):
     ``train_cfg``: the config a checkpoint was trained with, when evaluating it
     on other data (the data module decides what it needs from it).
     """
-    from poslab.modalities import get_modality
+    from poslab.plugins import get_modality
 
     cls = get_modality(cfg.modality).datamodule_class(cfg.data.name)
     return cls.from_config(cfg, train_cfg)

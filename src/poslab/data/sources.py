@@ -25,7 +25,7 @@ def discover(package: str, path: Iterable[str]) -> None:
 
 def source_modules() -> dict[str, object]:
     """Modality name -> its ``sources`` package, for every modality that reads datasets."""
-    from poslab.modalities import available_modalities
+    from poslab.plugins import available_modalities
 
     found = {}
     for modality in available_modalities():

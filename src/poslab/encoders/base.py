@@ -35,8 +35,9 @@ from typing import ClassVar
 import torch
 from torch import nn
 
-from poslab.encoders.offsets import offset_bias
+from poslab.config_files import modality_positions
 from poslab.errors import ConfigError
+from poslab.offsets import offset_bias
 from poslab.positions import Positions, steps_start
 
 HOOKS = ("encode_input", "rotate", "attention_bias", "relative_bias", "content_bias")
@@ -152,7 +153,6 @@ class PositionEncoder(nn.Module):
     @classmethod
     def fits(cls, modality: str) -> bool:
         """An encoder fits a modality whose data provides the field it reads (``none`` fits every one)."""
-        from poslab.config import modality_positions
 
         return cls.reads is None or cls.reads in modality_positions(modality)
 

@@ -13,6 +13,7 @@ import pkgutil
 from collections.abc import Callable
 from typing import Any
 
+from poslab.config_files import group_choices
 from poslab.encoders.base import PositionEncoder
 from poslab.errors import ConfigError, did_you_mean
 from poslab.options import keyword_options
@@ -114,8 +115,6 @@ def encoder_class(name: str, modality: str | None = None) -> type[PositionEncode
         )
     cls = _REGISTRY[name]
     if modality is not None and not cls.fits(modality):
-        from poslab.config import group_choices
-
         fitting = [m for m in group_choices("modality") if cls.fits(m)]
         raise ConfigError(
             f"encoder '{name}' does not fit modality '{modality}' (it reads positions.{cls.reads}: it fits "

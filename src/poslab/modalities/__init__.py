@@ -1,129 +1,22 @@
-"""Modalities are plugins: one package per modality, discovered like the encoders.
+"""Modalities are plugins: one package per modality, each registering a :class:`~poslab.plugins.Modality`
+in its ``__init__`` (the record and the registry live in :mod:`poslab.plugins`)."""
 
-``poslab/modalities/<name>/__init__.py`` registers a :class:`Modality` that
-tells the generic parts (train, eval, compare, report, show, the config
-validation) everything they need about it: its config schema, its data
-module(s), its task(s), the metrics its reports lead with, its report pieces
-and the positions ``poslab show`` draws. Those parts never name a modality.
+from poslab.plugins import (
+    Modality,
+    Ref,
+    available_modalities,
+    get_modality,
+    register_modality,
+    resolve,
+    unregister_modality,
+)
 
-Heavy pieces (anything importing Lightning or matplotlib) are given as
-``"module:attribute"`` strings and imported on use, so listing modalities and
-validating a config stay fast. A modality defined outside the package (a test,
-a fork's plugin) may pass the objects themselves and call
-:func:`register_modality`; its YAML goes in ``configs/modality/<name>.yaml``.
-"""
-
-from __future__ import annotations
-
-import importlib
-import pkgutil
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from typing import Any
-
-from poslab.errors import ConfigError, did_you_mean
-from poslab.schema import EvalConfig
-
-#: "module:attribute", or the object itself.
-Ref = Any
-
-
-def resolve(ref: Ref) -> Any:
-    """The object a :data:`Ref` names (imported on first use)."""
-    if not isinstance(ref, str):
-        return ref
-    module, _, attribute = ref.partition(":")
-    return getattr(importlib.import_module(module), attribute)
-
-
-@dataclass(frozen=True)
-class Modality:
-    """What one modality contributes. Only ``name``, the schema parts, ``tasks`` and ``datamodule`` are required.
-
-    Schema parts are dataclasses saying which keys exist under ``task.*``,
-    ``data.*``, ``model.*`` and ``eval.*`` and their types (values live in the
-    modality's YAML). ``ranges`` adds value ranges by dotted key (see
-    :data:`poslab.schema.RANGES`); ``check(cfg)`` returns a message for a rule
-    across keys, or None.
-
-    Report pieces, each a function of the report's groups of runs (see
-    :mod:`poslab.report`): ``report_tables`` -> Markdown lines,
-    ``report_figures`` -> ``(file stem, caption, draw)`` triples where ``draw()``
-    returns a figure or None, ``overlays`` -> ``{chart key: (title, x name,
-    {label: {x: y}})}`` for the W&B comparison run.
-
-    ``show(length)`` -> :class:`poslab.show.Canvas`: the canonical positions
-    ``poslab show`` draws for this modality's encoders.
-    """
-
-    name: str
-    task: type
-    data: type
-    model: type
-    tasks: Mapping[str, Ref]  # task.name -> LightningModule class
-    datamodule: Ref  # the data module of every data.name not in ``datamodules``
-    datamodules: Mapping[str, Ref] = field(default_factory=dict)  # data.name -> a data module of its own
-    eval: type = EvalConfig  # the eval.* keys every run has; a modality's probes extend it
-    ranges: Mapping[str, Any] = field(default_factory=dict)
-    check: Callable[[Any], str | None] | None = None
-    headline: tuple[str, ...] = ()  # metrics a report's table leads with, in order
-    extra_prefixes: tuple[str, ...] = ()  # metric families the table also shows when runs report them
-    report_tables: Ref = None
-    report_figures: Ref = None
-    overlays: Ref = None
-    show: Ref = None
-
-    def task_class(self, task_name: str) -> type:
-        if task_name not in self.tasks:
-            raise ConfigError(f"modality '{self.name}' has no task '{task_name}'; valid: {', '.join(self.tasks)}")
-        return resolve(self.tasks[task_name])
-
-    def datamodule_class(self, data_name: str) -> type:
-        return resolve(self.datamodules.get(data_name, self.datamodule))
-
-    def piece(self, name: str) -> Callable | None:
-        """A report / show function, or None when the modality has none."""
-        ref = getattr(self, name)
-        return resolve(ref) if ref is not None else None
-
-
-_REGISTRY: dict[str, Modality] = {}
-_DISCOVERED = False
-
-
-def register_modality(modality: Modality) -> Modality:
-    """Make ``modality`` available under its name (a package calls this in its ``__init__``)."""
-    known = _REGISTRY.get(modality.name)
-    if known is not None and known != modality:
-        raise RuntimeError(f"modality name '{modality.name}' registered twice")
-    _REGISTRY[modality.name] = modality
-    return modality
-
-
-def unregister_modality(name: str) -> None:
-    """Forget a modality registered from outside the package (tests)."""
-    _REGISTRY.pop(name, None)
-
-
-def _discover() -> None:
-    global _DISCOVERED
-    if _DISCOVERED:
-        return
-    _DISCOVERED = True
-    for info in pkgutil.iter_modules(__path__):
-        if info.ispkg:
-            importlib.import_module(f"{__name__}.{info.name}")
-
-
-def available_modalities() -> list[str]:
-    _discover()
-    return sorted(_REGISTRY)
-
-
-def get_modality(name: Any) -> Modality:
-    """The registered modality ``name``; an unknown one is a one-line :class:`ConfigError`."""
-    _discover()
-    if name not in _REGISTRY:
-        valid = available_modalities()
-        raise ConfigError(f"unknown modality '{name}'{did_you_mean(str(name), valid)}; valid: {', '.join(valid)}")
-    return _REGISTRY[name]
+__all__ = [
+    "Modality",
+    "Ref",
+    "available_modalities",
+    "get_modality",
+    "register_modality",
+    "resolve",
+    "unregister_modality",
+]

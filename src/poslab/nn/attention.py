@@ -16,8 +16,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from poslab.encoders.base import PositionEncoder
-from poslab.encoders.offsets import expand_offsets, toeplitz_rows
 from poslab.nn.kernels import cpu_flash, flex
+from poslab.offsets import expand_offsets, toeplitz_rows
 from poslab.positions import Positions
 from poslab.precision import full_precision
 

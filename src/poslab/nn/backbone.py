@@ -18,8 +18,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from poslab.encoders.base import PositionEncoder
-from poslab.encoders.offsets import toeplitz_offsets
 from poslab.nn.attention import AttentionBias, SelfAttention
+from poslab.offsets import toeplitz_offsets
 from poslab.positions import Positions, steps_start
 
 

@@ -12,7 +12,7 @@ from typing import Any
 
 
 def task_class(modality: str, name: str):
-    from poslab.modalities import get_modality
+    from poslab.plugins import get_modality
 
     return get_modality(modality).task_class(name)
 

@@ -46,7 +46,7 @@ import torch
 import torch.nn.functional as F
 
 from poslab import denormals
-from poslab.encoders.offsets import clamped_offsets, expand_offsets, offset_radius, toeplitz_rows
+from poslab.offsets import clamped_offsets, expand_offsets, offset_radius, toeplitz_rows
 
 _FLASH = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
 _FLASH_BACKWARD = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu_backward", None)

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from poslab.encoders.offsets import toeplitz_rows
+from poslab.offsets import toeplitz_rows
 
 
 @pytest.mark.parametrize(
