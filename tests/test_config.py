@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import typing
+from typing import Literal
 
 import pytest
 from omegaconf import OmegaConf
@@ -68,14 +69,22 @@ def test_experiment_defaults_and_values_apply(tmp_path, monkeypatch):
     assert compose(["experiment=probe", "encoder=none"]).encoder.name == "none"  # command line wins
 
 
-def test_every_encoder_yaml_matches_its_constructor():
-    """Each registered encoder has configs/encoder/<name>.yaml whose keys are its options."""
-    yamls = {p.stem for p in (config_dir() / "encoder").glob("*.yaml")}
-    assert yamls == set(available_encoders())
+def test_an_encoder_yaml_exists_only_where_it_differs_from_its_constructor():
+    """encoder=NAME needs no YAML (its options are its constructor's); a YAML sets only other values."""
+    yamls = list((config_dir() / "encoder").glob("*.yaml"))
+    assert yamls, "cyclic's periods differ from its constructor's"
+    for path in yamls:
+        node = OmegaConf.load(path)
+        assert node.name == path.stem and path.stem in available_encoders()
+        restated = _restated_defaults(node, encoder_schema(path.stem), "encoder.")
+        assert not restated and set(node) - {"name"}, (path.name, restated)
     for name in available_encoders():
-        node = OmegaConf.load(config_dir() / "encoder" / f"{name}.yaml")
-        assert node.name == name
-        assert set(node) - {"name"} == set(encoder_options(name))
+        assert set(compose_encoder(name)) - {"name"} == set(encoder_options(name)), name
+
+
+def compose_encoder(name: str) -> dict:
+    modality = next(m for m in available_modalities() if name in available_encoders(m))
+    return OmegaConf.to_container(compose([f"modality={modality}", f"encoder={name}"]).encoder)
 
 
 def _restated_defaults(node, schema: type, prefix: str) -> list[str]:
@@ -210,17 +219,22 @@ def test_to_dict_gives_plain_containers():
     assert type(plain["data"]) is dict
 
 
-def test_a_registered_encoder_without_its_yaml_says_so(monkeypatch):
+def test_a_registered_encoder_without_a_yaml_takes_its_constructors_defaults(monkeypatch):
     from poslab.encoders import registry
     from poslab.encoders.base import PositionEncoder
 
     class Fresh(PositionEncoder):
         reads = "steps"
 
+        def __init__(self, dim: int, num_heads: int, reach: int = 5, mode: Literal["a", "b"] = "a") -> None:
+            super().__init__(dim, num_heads)
+
     monkeypatch.setitem(registry._REGISTRY, "fresh", Fresh)
-    Fresh.name = "fresh"
-    with pytest.raises(ConfigError, match=r"encoder 'fresh' is registered but has no .*configs/encoder/fresh.yaml"):
-        compose(["modality=text", "encoder=fresh"])
+    monkeypatch.setattr(Fresh, "name", "fresh", raising=False)
+    cfg = compose(["modality=text", "encoder=fresh", "encoder.mode=b"])
+    assert OmegaConf.to_container(cfg.encoder) == {"name": "fresh", "reach": 5, "mode": "b"}
+    with pytest.raises(ConfigError, match=r"unknown encoder 'frsh' \(did you mean 'fresh'\?\)"):
+        compose(["modality=text", "encoder=frsh"])
 
 
 def test_a_value_error_in_an_encoders_constructor_is_one_config_error(monkeypatch):

@@ -37,11 +37,10 @@ def load_group(group: str, choice: str) -> DictConfig:
         if group == "encoder":
             from poslab.encoders import available_encoders
 
-            if choice in available_encoders():
-                raise ConfigError(
-                    f"encoder '{choice}' is registered but has no {path}; add it: 'name: {choice}' and each "
-                    "constructor option with its default (see the README, Add an encoder)"
-                )
+            if choice in available_encoders():  # its options and their defaults are its constructor's
+                return OmegaConf.create({"name": choice})
+            valid = available_encoders()
+            raise ConfigError(f"unknown encoder '{choice}'{did_you_mean(choice, valid)}; valid: {', '.join(valid)}")
         valid = group_choices(group)
         raise ConfigError(f"unknown {group} '{choice}'{did_you_mean(choice, valid)}; valid: {', '.join(valid)}")
     return load_yaml(path)

@@ -2,8 +2,9 @@
 
 ``new encoder NAME --hook HOOK`` writes ``src/poslab/encoders/<name>.py`` (the
 class with the hook to write and a docstring asking for its paper and
-equation), ``configs/encoder/<name>.yaml`` and ``tests/encoders/test_<name>.py``
-(a golden-value test that fails until the paper's values are written into it).
+equation; its options are its constructor's keyword arguments, so it needs no
+YAML) and ``tests/encoders/test_<name>.py`` (a golden-value test that fails
+until the paper's values are written into it).
 
 ``new dataset NAME --modality MODALITY`` writes
 ``src/poslab/modalities/<modality>/sources/<name>.py`` (the loader and the
@@ -58,10 +59,6 @@ class {cls}(PositionEncoder):
         {field_line}
         raise NotImplementedError("{name}: write the {hook} hook (README, 'Add an encoder')")
 '''
-
-CONFIG = """# {name}: <what it is> (<paper>). Every constructor option with its default.
-name: {name}
-"""
 
 TEST = '''"""``{name}`` against its paper: values written out from the paper's equation, not computed by the encoder."""
 
@@ -193,7 +190,6 @@ def new_encoder(name: str, hook: str, reads: str = "steps", root: Path | str = "
     root = Path(root)
     files = {
         root / "src" / "poslab" / "encoders" / f"{name}.py": _encoder(name, hook, reads),
-        root / "configs" / "encoder" / f"{name}.yaml": CONFIG.format(name=name),
         root / "tests" / "encoders" / f"test_{name}.py": TEST.format(name=name),
     }
     return _write(files)

@@ -11,11 +11,8 @@ import math
 
 import pytest
 import torch
-from omegaconf import OmegaConf
 
-from poslab.config import config_dir
 from poslab.encoders import build_encoder
-from poslab.encoders.registry import encoder_defaults
 from poslab.errors import ConfigError, PoslabError
 from poslab.positions import Positions
 
@@ -253,13 +250,6 @@ def test_missing_or_malformed_positions_are_clear_errors(name):
         enc.rotate(torch.zeros(1, 2, 4, 16), Positions(steps=torch.arange(4)))
     with pytest.raises(ValueError, match=r"trailing \(t, row, col\) axis"):
         enc.rotate(torch.zeros(1, 2, 4, 16), torch.zeros(4, 2))
-
-
-@pytest.mark.parametrize("name", ["mrope", "videorope"])
-def test_yaml_states_the_constructor_defaults(name):
-    node = OmegaConf.to_container(OmegaConf.load(config_dir() / "encoder" / f"{name}.yaml"))
-    assert node.pop("name") == name
-    assert node == encoder_defaults(name)
 
 
 @pytest.mark.parametrize("name", ["mrope", "videorope"])

@@ -41,7 +41,7 @@ def test_vision_encoders_are_registered():
 
 
 def test_available_encoders_are_the_registered_modules_sorted_and_filtered_by_modality():
-    """Every ``@register_encoder("...")`` in the package's sources, each with its config, listed in sorted order;
+    """Every ``@register_encoder("...")`` in the package's sources (a YAML only where one differs), sorted;
     a modality's list holds exactly the encoders that declare that modality or declare none (fit all)."""
     import re
     from pathlib import Path
@@ -53,7 +53,7 @@ def test_available_encoders_are_the_registered_modules_sorted_and_filtered_by_mo
     declared = {n for p in sources for n in re.findall(r'@register_encoder\("([^"]+)"\)', p.read_text())}
     assert len(declared) > 10
     assert available_encoders() == sorted(declared)
-    assert declared == {p.stem for p in (config_dir() / "encoder").glob("*.yaml")}
+    assert {p.stem for p in (config_dir() / "encoder").glob("*.yaml")} <= declared
     provided = {"text": {"steps"}, "vision": {"coords"}, "timeseries": {"steps", "times"}}  # what their data gives
     for modality, fields in provided.items():
         fitting = [n for n in sorted(declared) if encoder_class(n).reads in (None, *fields)]  # None: every one

@@ -62,17 +62,6 @@ def test_positions_plain_and_batched_give_the_same_result(name):
     assert enc.reads == "coords3d"
 
 
-@pytest.mark.parametrize("name", VIDEO)
-def test_yaml_states_the_constructor_defaults(name):
-    import yaml
-
-    from poslab.config import config_dir
-
-    stated = yaml.safe_load((config_dir() / "encoder" / f"{name}.yaml").read_text())
-    assert stated.pop("name") == name
-    assert stated == encoder_defaults(name)
-
-
 # -- sincos3d ---------------------------------------------------------------------------
 def sincos_golden(t: float, row: float, col: float, dim: int, temp: float = 1e4) -> list[float]:
     """Video MAE's layout written out: [t | col | row] with D/4, 3D/8, 3D/8 channels; each part of d channels is

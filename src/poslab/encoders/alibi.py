@@ -39,6 +39,7 @@ def alibi_slopes(num_heads: int) -> list[float]:
 class ALiBi(PositionEncoder):
     reads = "steps"
 
+    # bidirectional: None: follow the model (causal text: false; time series: true = symmetric -slope * |i - j|)
     def __init__(self, dim: int, num_heads: int, bidirectional: bool | None = None) -> None:
         super().__init__(dim, num_heads)
         self.bidirectional = bool(bidirectional)  # None: the model did not say; the causal form

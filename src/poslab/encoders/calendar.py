@@ -38,9 +38,10 @@ class Calendar(PositionEncoder):
         self,
         dim: int,
         num_heads: int,
-        embedding: Literal["fixed", "learned"] = "learned",
-        fields: list[str] | None = None,
-        step_seconds: int | None = None,
+        embedding: Literal["fixed", "learned"] = "learned",  # learned | fixed (sinusoidal rows, TSLib FixedEmbedding)
+        fields: list[str]
+        | None = None,  # None: month, day, weekday, hour (+ minute below hourly); e.g. [weekday, hour]
+        step_seconds: int | None = None,  # None: the data's sampling step (adds the minute table below one hour)
     ) -> None:
         super().__init__(dim, num_heads)
         self.embedding = embedding

@@ -31,6 +31,7 @@ from poslab.errors import ConfigError
 class CoPE(PositionEncoder):
     reads = None  # positions come from the content, not from the data
 
+    # npos_max: P: contextual positions are clamped at P - 1 (the table has P entries per channel)
     def __init__(self, dim: int, num_heads: int, npos_max: int = 64) -> None:
         super().__init__(dim, num_heads)
         if npos_max < 2:

@@ -47,8 +47,8 @@ class Fire(PositionEncoder):
         dim: int,
         num_heads: int,
         mlp_width: int = 32,
-        init_c: float = 0.1,
-        threshold: float = 512.0,
+        init_c: float = 0.1,  # c starts here (learned)
+        threshold: float = 512.0,  # L = |learned scale (from 1) x this|
         eps: float = 1e-6,
     ) -> None:
         super().__init__(dim, num_heads)

@@ -29,6 +29,8 @@ from poslab.encoders.registry import register_encoder
 class Kerple(PositionEncoder):
     reads = "steps"  # the Positions field it uses: it fits every modality whose data provides it
 
+    # eps: r1, r2 are held at least this (the reference's clamp)
+    # variant: log (the paper's best) | power
     def __init__(self, dim: int, num_heads: int, variant: Literal["log", "power"] = "log", eps: float = 0.01) -> None:
         super().__init__(dim, num_heads)
         if eps <= 0:

@@ -25,6 +25,7 @@ class PositionOutOfRange(PoslabError):
 class Learned(PositionEncoder):
     reads = "steps"
 
+    # max_len: None: the training context (or data.random_positions when set)
     def __init__(self, dim: int, num_heads: int, max_len: int | None = None, init_std: float = 0.02) -> None:
         super().__init__(dim, num_heads)
         if max_len is None:

@@ -30,7 +30,11 @@ class Learned2D(PositionEncoder):
     reads = "coords"
 
     def __init__(
-        self, dim: int, num_heads: int, grid_size: tuple[int, int] | None = None, init_std: float = 0.02
+        self,
+        dim: int,
+        num_heads: int,
+        grid_size: tuple[int, int] | None = None,  # None: the training patch grid
+        init_std: float = 0.02,
     ) -> None:
         super().__init__(dim, num_heads)
         if grid_size is None:

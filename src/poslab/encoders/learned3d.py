@@ -48,8 +48,8 @@ class Learned3D(PositionEncoder):
         self,
         dim: int,
         num_heads: int,
-        grid_size: tuple[int, int] | None = None,
-        frames: int | None = None,
+        grid_size: tuple[int, int] | None = None,  # None: the training patch grid
+        frames: int | None = None,  # None: the training clip's frame count (temporal patches)
         init_std: float = 0.02,
     ) -> None:
         super().__init__(dim, num_heads)

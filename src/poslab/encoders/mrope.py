@@ -96,8 +96,9 @@ class MRoPE(AxisRoPE3D):
         dim: int,
         num_heads: int,
         base: float = 10000.0,
+        # [t, h, w] pairs summing to head_dim/2; None: h = w = floor(3/8 of them), t the rest ([16, 24, 24] at 128)
         sections: list[int] | None = None,
-        layout: Layout = "half",
+        layout: Layout = "half",  # half (HF rotate_half, as the reference) | interleaved
     ) -> None:
         super().__init__(dim, num_heads, base, layout)
         if sections is None:

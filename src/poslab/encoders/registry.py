@@ -1,8 +1,8 @@
 """Encoder registry: every module in ``poslab.encoders`` registers itself.
 
-Adding an encoder = one module here (decorated with :func:`register_encoder`)
-plus ``configs/encoder/<name>.yaml``. Discovery imports every module of the
-package, so nothing else has to list it.
+Adding an encoder = one module here (decorated with :func:`register_encoder`); its options are its
+constructor's, so ``configs/encoder/<name>.yaml`` exists only where a default differs. Discovery imports
+every module of the package, so nothing else has to list it.
 """
 
 from __future__ import annotations

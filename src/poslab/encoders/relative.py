@@ -20,6 +20,7 @@ from poslab.encoders.registry import register_encoder
 class ClippedRelative(PositionEncoder):
     reads = "steps"
 
+    # max_distance: k: offsets beyond +-k share the edge value
     def __init__(self, dim: int, num_heads: int, max_distance: int = 32) -> None:
         super().__init__(dim, num_heads)
         self.max_distance = max_distance

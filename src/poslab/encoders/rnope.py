@@ -29,9 +29,9 @@ class RNoPE(RoPE):
         dim: int,
         num_heads: int,
         base: float = 10000.0,
-        layout: Layout = "half",
-        max_len: int | None = None,
-        nope_every: int = 4,
+        layout: Layout = "half",  # half | interleaved, as rope
+        max_len: int | None = None,  # None: the training context (the RoPE extensions extend from it)
+        nope_every: int = 4,  # layers 3, 7, ... (counting from 0) attend without position
     ) -> None:
         super().__init__(dim, num_heads, base=base, layout=layout, max_len=max_len)
         if nope_every < 1:

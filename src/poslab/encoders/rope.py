@@ -50,11 +50,11 @@ class RoPE(PositionEncoder):
         dim: int,
         num_heads: int,
         base: float = 10000.0,
-        layout: Layout = "half",
-        rotary_fraction: float = 1.0,
-        scaling: RopeScaling | None = None,
-        max_len: int | None = None,
-        frequency_fraction: float = 1.0,
+        layout: Layout = "half",  # half (GPT-NeoX / HF rotate_half) | interleaved (original / GPT-J / Meta)
+        rotary_fraction: float = 1.0,  # rotate this fraction of each head's channels (GPT-NeoX partial rotary: 0.25)
+        scaling: RopeScaling | None = None,  # e.g. {type: yarn, factor: 4}; types: none linear ntk dynamic yarn
+        max_len: int | None = None,  # None: the training context (the length scalings extend from)
+        frequency_fraction: float = 1.0,  # p-RoPE: keep the highest fraction p of the frequencies, zero the rest
     ) -> None:
         super().__init__(dim, num_heads)
         if not 0.0 <= frequency_fraction <= 1.0:

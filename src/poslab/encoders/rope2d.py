@@ -22,6 +22,8 @@ from poslab.errors import ConfigError
 class AxialRoPE2D(PositionEncoder):
     reads = "coords"
 
+    # layout: interleaved (adjacent pairs) | half (rotate_half)
+    # base: rope-vit's theta for axial frequencies
     def __init__(self, dim: int, num_heads: int, base: float = 100.0, layout: Layout = "interleaved") -> None:
         super().__init__(dim, num_heads)
         if self.head_dim % 4:

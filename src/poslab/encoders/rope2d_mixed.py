@@ -40,6 +40,7 @@ def init_mixed_frequencies(head_dim: int, num_heads: int, base: float) -> torch.
 class MixedRoPE2D(PositionEncoder):
     reads = "coords"
 
+    # base: rope-vit's theta for the mixed initialisation
     def __init__(self, dim: int, num_heads: int, base: float = 10.0, layout: Layout = "interleaved") -> None:
         super().__init__(dim, num_heads)
         if self.head_dim % 4:

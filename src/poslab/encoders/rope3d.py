@@ -35,8 +35,9 @@ class AxialRoPE3D(PositionEncoder):
         self,
         dim: int,
         num_heads: int,
-        base: float = 100.0,
-        layout: Layout = "interleaved",
+        base: float = 100.0,  # rope-vit's theta for axial frequencies
+        layout: Layout = "interleaved",  # interleaved (adjacent pairs) | half (rotate_half)
+        # [t, row, col] pair counts summing to head_dim/2; None: even split, remainder to t
         sections: list[int] | None = None,
     ) -> None:
         super().__init__(dim, num_heads)

@@ -56,6 +56,7 @@ class T5Bias(PositionEncoder):
         num_heads: int,
         num_buckets: int = 32,
         max_distance: int = 128,
+        # None: follow the model (causal text: false = look back only; time series: true = both ways)
         bidirectional: bool | None = None,
     ) -> None:
         super().__init__(dim, num_heads)

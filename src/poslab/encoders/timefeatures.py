@@ -19,6 +19,7 @@ from poslab.timestamps import feature_count, time_features
 class TimeFeatures(PositionEncoder):
     reads = "times"
 
+    # step_seconds: None: the data's sampling step (adds minute of hour below one hour)
     def __init__(self, dim: int, num_heads: int, step_seconds: int | None = None) -> None:
         super().__init__(dim, num_heads)
         self.step_seconds = step_seconds or 3600

@@ -42,10 +42,11 @@ class VideoRoPE(AxisRoPE3D):
         dim: int,
         num_heads: int,
         base: float = 10000.0,
-        temporal_spacing: float = 2.0,
-        temporal_pairs: int | None = None,
+        temporal_spacing: float = 2.0,  # delta: frame t sits at delta*t on the diagonal (the reference's scale_factor)
+        temporal_pairs: int | None = None,  # lowest-frequency pairs for time; None: the reference's share (16 of 64)
+        # None: the data's training (rows, cols), if any (else no centring); frames centred at (H-1)//2, (W-1)//2
         grid_size: tuple[int, int] | None = None,
-        layout: Layout = "half",
+        layout: Layout = "half",  # half (HF rotate_half, as the reference) | interleaved
     ) -> None:
         super().__init__(dim, num_heads, base, layout)
         if temporal_pairs is None:

@@ -35,9 +35,9 @@ class XPos(RoPE):
         dim: int,
         num_heads: int,
         base: float = 10000.0,
-        layout: Layout = "interleaved",
-        scale_base: float = 512.0,
-        gamma: float = 0.4,
+        layout: Layout = "interleaved",  # the reference's adjacent pairs | half
+        scale_base: float = 512.0,  # B: the score scales by ζ_i^((n−m)/B)
+        gamma: float = 0.4,  # γ: ζ_i = (i/(d/2) + γ) / (1 + γ)
     ) -> None:
         super().__init__(dim, num_heads, base=base, layout=layout)
         if scale_base <= 0 or gamma <= 0:
