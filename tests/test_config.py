@@ -250,3 +250,16 @@ def test_a_value_error_in_an_encoders_constructor_is_one_config_error(monkeypatc
     monkeypatch.setitem(registry._REGISTRY, "picky", Picky)
     with pytest.raises(ConfigError, match=r"^encoder 'picky': order must be >= 1, got 0$"):
         build_encoder("picky", dim=8, num_heads=2, order=0)
+
+
+def test_a_dataset_carries_its_own_defaults_below_the_experiment_and_the_command_line(monkeypatch):
+    """CIFAR-10's 32-px images take 8-px patches without every command saying so."""
+    from poslab.modalities.vision.sources import SOURCES
+
+    assert compose(["data=cifar10"]).data.patch_size == 8
+    assert compose(["data=cifar10", "data.patch_size=4"]).data.patch_size == 4
+    assert compose([]).data.patch_size == 7  # MNIST's
+    import dataclasses
+
+    monkeypatch.setitem(SOURCES, "mnist5k", dataclasses.replace(SOURCES["mnist5k"], defaults={"val_size": 123}))
+    assert compose([]).data.val_size == 123  # the default dataset's own values too

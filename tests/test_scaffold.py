@@ -65,6 +65,7 @@ def test_bad_requests_are_one_line_and_write_nothing(tmp_path):
 def test_the_cli_and_make_target_write_the_files(tmp_path, capsys):
     from poslab.cli import main
 
+    (tmp_path / "src" / "poslab" / "encoders").mkdir(parents=True)  # a checkout
     assert main(["new", "encoder", "kerple_like", "--hook", "relative_bias", "--root", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert out.count("wrote ") == 2 and "kerple_like" in out
@@ -111,7 +112,17 @@ def test_bad_dataset_requests_are_one_line_and_write_nothing(tmp_path):
 def test_the_cli_writes_the_dataset_files(tmp_path, capsys):
     from poslab.cli import main
 
+    (tmp_path / "src" / "poslab" / "encoders").mkdir(parents=True)  # a checkout
     assert main(["new", "dataset", "cli_stub_data", "--modality", "text", "--root", str(tmp_path)]) == 0
     assert capsys.readouterr().out.count("wrote ") == 2
     assert main(["new", "dataset", "cli_stub_data", "--modality", "text", "--root", str(tmp_path)]) == 2
     assert capsys.readouterr().err.startswith("poslab new: error:")
+
+
+def test_outside_a_checkout_new_is_one_line_and_writes_nothing(tmp_path, capsys):
+    from poslab.cli import main
+
+    assert main(["new", "encoder", "mine", "--hook", "rotate", "--root", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "is not a poslab checkout (no src/poslab/encoders/)" in err
+    assert "plugin package" in err and not list(tmp_path.iterdir())

@@ -210,12 +210,13 @@ def _report_cmd(args: argparse.Namespace) -> int:
 
 
 def _list(args: argparse.Namespace) -> int:
-    from poslab.config import config_dir, group_choices
+    from poslab.config import config_dirs, group_choices
     from poslab.encoders import available_encoders, encoder_class
 
     modalities = [args.modality] if args.modality else group_choices("modality")
     if not modalities:
-        raise PoslabError(f"no modality configs under {config_dir()}; set POSLAB_CONFIG_DIR to a configs/ folder")
+        folders = ", ".join(str(d) for d in config_dirs())
+        raise PoslabError(f"no modality configs under {folders}; set POSLAB_CONFIG_DIR to a configs/ folder")
     for modality in modalities:
         names = available_encoders(modality)
         print(f"{modality}: " + ", ".join(f"{n} ({'+'.join(encoder_class(n).hooks()) or 'no hooks'})" for n in names))

@@ -22,7 +22,14 @@ from typing import Any, Literal, Union
 from omegaconf import DictConfig, ListConfig, OmegaConf, SCMode
 from omegaconf.errors import OmegaConfBaseException
 
-from poslab.config_files import config_dir, group_choices, load_yaml, modality_positions  # noqa: F401 (re-exported)
+from poslab.config_files import (  # noqa: F401 (re-exported)
+    config_dir,
+    config_dirs,
+    find_config,
+    group_choices,
+    load_yaml,
+    modality_positions,
+)
 from poslab.errors import ConfigError, did_you_mean
 
 #: Groups chosen by name (a YAML file each under ``configs/<group>/``).
@@ -32,8 +39,8 @@ NODE_GROUPS = ("encoder", "logger", "trainer")
 
 
 def load_group(group: str, choice: str) -> DictConfig:
-    path = config_dir() / group / f"{choice}.yaml"
-    if not path.is_file():
+    path = find_config(f"{group}/{choice}.yaml")
+    if path is None:
         if group == "encoder":
             from poslab.encoders import available_encoders
 
@@ -169,7 +176,7 @@ def compose(overrides: list[str] | tuple[str, ...] = ()) -> DictConfig:
 
 def _compose(overrides: list[str] | tuple[str, ...]) -> DictConfig:
     cli = Overrides.parse(overrides)
-    base = load_yaml(config_dir() / "train.yaml")
+    base = load_yaml(find_config("train.yaml") or config_dir() / "train.yaml")
     chain = [_pop_defaults(base)]  # lowest precedence first
 
     experiment = cli.selections.get("experiment", chain[0].get("experiment"))
@@ -196,16 +203,33 @@ def _compose(overrides: list[str] | tuple[str, ...]) -> DictConfig:
         raise ConfigError(f"modality '{modality}' has no default encoder; pass encoder=<name>")
     encoder_class(encoder, modality)  # unknown / unfit encoder: clear error
 
-    cfg = OmegaConf.merge(
+    layers = [
         base,
         {"modality": modality, "experiment": experiment},
         mod_cfg,
         *({group: load_node(group, select(group))} for group in NODE_GROUPS),
         exp_cfg,
-    )
-    cfg = _merge_overrides(cfg, cli)
+    ]
+    cfg = _merge_overrides(OmegaConf.merge(*layers), cli)
+    dataset = source_defaults(modality, OmegaConf.select(cfg, "data.name", default=None))
+    if dataset:  # the dataset's own values, above the modality's, below the experiment's and the command line's
+        cfg = _merge_overrides(OmegaConf.merge(*layers[:3], {"data": dataset}, *layers[3:]), cli)
     _check_explicit_options(cfg, cli)
     return validate(cfg)
+
+
+def source_defaults(modality: str, name: str | None) -> dict[str, Any]:
+    """``data.*`` values the dataset ``name`` of ``modality`` declares for itself (CIFAR-10's 32-px images
+    take 8-px patches, not MNIST's 7), or none."""
+    if name is None:
+        from poslab.plugins import get_modality
+
+        name = next((f.default for f in dataclasses.fields(get_modality(modality).data) if f.name == "name"), None)
+    from poslab.data.sources import source_modules
+
+    package = source_modules().get(modality)
+    source = getattr(package, "SOURCES", {}).get(name) if package else None
+    return dict(getattr(source, "defaults", None) or {})
 
 
 def _check_explicit_options(cfg: DictConfig, cli: Overrides) -> None:

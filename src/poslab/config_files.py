@@ -17,13 +17,10 @@ from poslab.errors import ConfigError
 
 
 def config_dir() -> Path:
-    """Where the YAML lives: ``$POSLAB_CONFIG_DIR``; else the checkout's ``configs/`` (an editable install,
-    ``PYTHONPATH=src``); else the copy a wheel installs under ``<prefix>/share/poslab/configs``."""
+    """The packaged configs: the checkout's ``configs/`` (an editable install, ``PYTHONPATH=src``), else the
+    copy a wheel installs under ``<prefix>/share/poslab/configs``."""
     import sys
 
-    env = os.environ.get("POSLAB_CONFIG_DIR")
-    if env:
-        return Path(env)
     here = Path(__file__).resolve()
     candidates = [here.parents[2] / "configs"]  # src/poslab/config_files.py -> the checkout
     candidates += [here.parents[i] / "share" / "poslab" / "configs" for i in (3, 4)]  # <prefix>/lib/pythonX/...
@@ -31,20 +28,35 @@ def config_dir() -> Path:
     return next((c for c in candidates if (c / "train.yaml").is_file()), candidates[0])
 
 
+def config_dirs() -> list[Path]:
+    """The config folders, first wins file by file: each folder of ``$POSLAB_CONFIG_DIR`` (several joined by
+    ``os.pathsep``: a fork's or a user's own YAML), then each installed plugin's ``configs/``, then the
+    packaged configs. A folder needs only the files it adds or replaces."""
+    from poslab.entry_points import plugin_config_dirs
+
+    user = [Path(p) for p in os.environ.get("POSLAB_CONFIG_DIR", "").split(os.pathsep) if p]
+    return list(dict.fromkeys([*user, *plugin_config_dirs(), config_dir()]))
+
+
+def find_config(relative: str) -> Path | None:
+    """The first folder's ``relative`` file (``modality/text.yaml``), or None."""
+    return next((d / relative for d in config_dirs() if (d / relative).is_file()), None)
+
+
 def modality_positions(modality: str) -> tuple[str, ...]:
     """The ``Positions`` fields a modality's data provides (``positions:`` in its YAML)."""
-    return _modality_positions(str(config_dir()), modality)
+    path = find_config(f"modality/{modality}.yaml")
+    return _modality_positions(str(path)) if path else ()
 
 
 @functools.cache
-def _modality_positions(folder: str, modality: str) -> tuple[str, ...]:
-    path = Path(folder) / "modality" / f"{modality}.yaml"
-    return tuple(OmegaConf.load(path).get("positions") or ()) if path.is_file() else ()
+def _modality_positions(path: str) -> tuple[str, ...]:
+    return tuple(OmegaConf.load(path).get("positions") or ())
 
 
 def group_choices(group: str) -> list[str]:
-    folder = config_dir() / group
-    return sorted(p.stem for p in folder.glob("*.yaml")) if folder.is_dir() else []
+    """The names a group offers, over every config folder."""
+    return sorted({p.stem for d in config_dirs() if (d / group).is_dir() for p in (d / group).glob("*.yaml")})
 
 
 def load_yaml(path: Path) -> DictConfig:

@@ -24,6 +24,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from poslab import entry_points
 from poslab.errors import ConfigError, did_you_mean
 from poslab.schema import EvalConfig
 
@@ -119,6 +120,7 @@ def _discover() -> None:
     for info in pkgutil.iter_modules(package.__path__):
         if info.ispkg:
             importlib.import_module(f"{PACKAGE}.{info.name}")
+    entry_points.load("poslab.modalities")  # installed plugins' modalities
 
 
 def available_modalities() -> list[str]:

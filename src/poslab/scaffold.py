@@ -227,6 +227,14 @@ def main(argv: list[str] | None = None) -> int:
     for sub in (encoder, dataset):
         sub.add_argument("--root", type=Path, default=Path("."), help="the repository root (default: .)")
     args = parser.parse_args(argv)
+    if not (args.root / "src" / "poslab" / "encoders").is_dir():
+        print(
+            f"poslab new: error: {args.root.resolve()} is not a poslab checkout (no src/poslab/encoders/): poslab new "
+            "writes into a fork; outside one, add an encoder, a modality or a dataset as a plugin package "
+            "(entry points, docs/extending.md)",
+            file=sys.stderr,
+        )
+        return 2
     try:
         if args.kind == "encoder":
             written = new_encoder(args.name, args.hook, args.reads, args.root)

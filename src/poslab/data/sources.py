@@ -15,12 +15,15 @@ import importlib
 import pkgutil
 from collections.abc import Iterable
 
+from poslab import entry_points
+
 
 def discover(package: str, path: Iterable[str]) -> None:
     """Import every module of a ``sources`` package (each registers its own dataset)."""
     for info in pkgutil.iter_modules(path):
         if not info.name.startswith("_"):
             importlib.import_module(f"{package}.{info.name}")
+    entry_points.load("poslab.sources", modality=package.split(".")[-2])  # poslab.modalities.<m>.sources
 
 
 def source_modules() -> dict[str, object]:

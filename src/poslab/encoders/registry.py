@@ -13,6 +13,7 @@ import pkgutil
 from collections.abc import Callable
 from typing import Any
 
+from poslab import entry_points
 from poslab.config_files import group_choices
 from poslab.encoders.base import PositionEncoder
 from poslab.errors import ConfigError, did_you_mean
@@ -45,6 +46,7 @@ def _discover() -> None:
     for info in pkgutil.iter_modules(package.__path__):
         importlib.import_module(f"poslab.encoders.{info.name}")
     _DISCOVERED = True
+    entry_points.load("poslab.encoders")  # installed plugins' encoders, after the built-in ones
 
 
 def available_encoders(modality: str | None = None) -> list[str]:

@@ -18,7 +18,7 @@ import struct
 import tempfile
 import zipfile
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -39,6 +39,7 @@ class ImageSource:
     classes: tuple[str, ...]
     mean: tuple[float, ...]
     std: tuple[float, ...]
+    defaults: dict = field(default_factory=dict)  # data.* values of its own (a config's still win)
 
 
 DIGITS = tuple(str(d) for d in range(10))
@@ -169,7 +170,7 @@ def sample_cifar10(root: Path, per_batch: int = 120, test: int = 100) -> list[st
         entry = {"data": rng.integers(0, 255, (n, 3 * 32 * 32), dtype=np.uint8), "labels": list(np.arange(n) % 10)}
         (folder / name).write_bytes(pickle.dumps(entry))
     (folder / "batches.meta").write_bytes(pickle.dumps({"label_names": list(SOURCES["cifar10"].classes)}))
-    return ["data.patch_size=8"]  # 32 px images
+    return []  # the source's own defaults set its patch size
 
 
 SOURCES: dict[str, ImageSource] = {
@@ -190,6 +191,7 @@ SOURCES: dict[str, ImageSource] = {
         ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"),
         (0.4914, 0.4822, 0.4465),
         (0.2470, 0.2435, 0.2616),
+        defaults={"patch_size": 8},  # 32 px: a 4 x 4 grid (7 px, MNIST's, does not divide it)
     ),
 }
 #: name -> ``sample(root)``: writes a tiny copy of what the loader reads into ``root`` (nothing for the

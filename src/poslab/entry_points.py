@@ -1,0 +1,57 @@
+"""Plugins outside the checkout: an installed package adds encoders, modalities and datasets to poslab by
+declaring entry points, and its ``configs/`` folder overlays the packaged configs.
+
+In the plugin's ``pyproject.toml``::
+
+    [project.entry-points."poslab.encoders"]
+    myenc = "mypkg.myenc"            # a module whose @register_encoder classes register on import
+    [project.entry-points."poslab.modalities"]
+    audio = "mypkg.audio"            # a package calling register_modality (its YAML: mypkg/configs/modality/)
+    [project.entry-points."poslab.sources"]
+    "vision.digits" = "mypkg.digits" # <modality>.<name>: adds to that modality's SOURCES and SAMPLES
+
+A leaf of the house: it imports nothing of poslab's but the errors.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from importlib import metadata
+from pathlib import Path
+from types import ModuleType
+
+from poslab.errors import ConfigError, first_line
+
+GROUPS = ("poslab.encoders", "poslab.modalities", "poslab.sources")
+
+
+def entry_points(group: str) -> list[metadata.EntryPoint]:
+    return sorted(metadata.entry_points(group=group), key=lambda ep: ep.name)
+
+
+def load(group: str, modality: str | None = None) -> list[ModuleType]:
+    """Import the modules ``group``'s entry points name (each registers what it adds); for sources, only
+    those of ``modality``. One that fails is one line naming the plugin."""
+    loaded = []
+    for ep in entry_points(group):
+        if modality is not None and ep.name.split(".", 1)[0] != modality:
+            continue
+        try:
+            loaded.append(ep.load())
+        except Exception as exc:  # noqa: BLE001  (whatever the plugin raises: one line naming it)
+            raise ConfigError(f"plugin {ep.name} = {ep.value} ({group}) does not load: {first_line(exc)}") from None
+    return loaded
+
+
+def plugin_config_dirs() -> list[Path]:
+    """The ``configs/`` folder at the top of each plugin's package, where it has one (found without importing
+    the plugin)."""
+    found: list[Path] = []
+    for group in GROUPS:
+        for ep in entry_points(group):
+            spec = importlib.util.find_spec(ep.value.split(":")[0].split(".")[0])
+            for location in (spec.submodule_search_locations or []) if spec else []:
+                folder = Path(location) / "configs"
+                if folder.is_dir() and folder not in found:
+                    found.append(folder)
+    return found
