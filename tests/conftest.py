@@ -157,9 +157,26 @@ def accept_any_checksum(monkeypatch):
     monkeypatch.setattr(cifar, "check_integrity", lambda *args, **kwargs: True)
 
 
-#: The fixture shrinking each modality's run to a few CPU seconds; registry-wide tests run every modality
-#: through it (a test fails for a registered modality missing here).
+#: The fixture shrinking each built-in modality's run to a few CPU seconds, on data generated for the tests;
+#: registry-wide tests run every modality through :func:`tiny_overrides`.
 TINY = {"vision": "tiny", "text": "tiny_text", "timeseries": "tiny_ts", "video": "tiny_video"}
+
+
+def tiny_overrides(request, modality: str) -> list[str]:
+    """A few-CPU-seconds run of ``modality``: its fixture in :data:`TINY`, else (a plugin's modality) what its
+    record declares (``Modality.tiny``) on its own data."""
+    if modality in TINY:
+        return list(request.getfixturevalue(TINY[modality]))
+    import dataclasses
+
+    from poslab.plugins import get_modality
+
+    record = get_modality(modality)
+    tmp_path = request.getfixturevalue("tmp_path")
+    reads_files = "root" in {f.name for f in dataclasses.fields(record.data)}
+    root = [f"data.root={request.getfixturevalue('data_root')}"] if reads_files else []
+    return [f"modality={modality}", "logger=none", f"run.root={tmp_path / 'runs'}", *root,
+            "trainer.enable_progress_bar=false", *record.tiny]  # fmt: skip
 
 
 def flex_ready_validation(request, modality: str, encoder: str) -> tuple:

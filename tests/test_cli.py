@@ -10,6 +10,8 @@ import torch
 
 from poslab.cli import main
 from poslab.encoders import available_encoders
+from poslab.modalities import available_modalities
+from tests.test_config import steps_modalities
 
 
 def test_help_imports_neither_lightning_nor_torchvision_nor_wandb():
@@ -42,8 +44,7 @@ def run_cli(capsys, *argv):
         ),
         (
             ["train", "encoder=alibi"],
-            "encoder 'alibi' does not fit modality 'vision' (it reads positions.steps: it fits text, timeseries, "
-            "video); "
+            f"encoder 'alibi' does not fit modality 'vision' (it reads positions.steps: it fits {steps_modalities()}); "
             "encoders for vision: " + ", ".join(available_encoders("vision")),
         ),
         (["train", "data.batchsize=3"], "unknown config key 'data.batchsize' (did you mean 'data.batch_size'?)"),
@@ -87,7 +88,7 @@ def test_list_shows_encoders_and_their_hooks(capsys):
     code, out, _ = run_cli(capsys, "list")
     assert code == 0
     lines = dict(line.split(": ", 1) for line in out.strip().splitlines())
-    assert set(lines) == {"text", "timeseries", "video", "vision"}
+    assert set(lines) == set(available_modalities())
     assert "rope2d (rotate)" in lines["vision"] and "sincos2d (encode_input)" in lines["vision"]
     assert "alibi (attention_bias+relative_bias)" in lines["text"] and "rope (rotate)" in lines["text"]
 

@@ -9,7 +9,7 @@ from typing import Literal
 import pytest
 from omegaconf import OmegaConf
 
-from poslab.config import compose, config_dir, declared_default, option_rows, recompose, to_dict
+from poslab.config import compose, config_dir, declared_default, find_config, option_rows, recompose, to_dict
 from poslab.encoders import available_encoders, encoder_options
 from poslab.errors import ConfigError
 from poslab.modalities import available_modalities, get_modality
@@ -111,7 +111,7 @@ def test_an_option_is_declared_once_and_the_yaml_sets_only_other_values(modality
     """task / data / eval / model / logger options carry their defaults in code; no YAML repeats one."""
     schema = root_schema(get_modality(modality), encoder_schema("none"))
     groups = {f.name: f.default_factory for f in dataclasses.fields(schema) if f.name in GROUPS}
-    for path in (config_dir() / "modality" / f"{modality}.yaml", config_dir() / "train.yaml"):
+    for path in (find_config(f"modality/{modality}.yaml"), config_dir() / "train.yaml"):
         node = OmegaConf.load(path)
         restated = [k for g in GROUPS if g in node for k in _restated_defaults(node[g], groups[g], f"{g}.")]
         assert not restated, f"{path.name} restates declared defaults: {restated}"
@@ -185,7 +185,7 @@ def test_an_encoder_that_does_not_fit_the_modality_says_which_do(monkeypatch):
         compose(["encoder=stepsonly"])
     text = str(info.value)
     assert (
-        "encoder 'stepsonly' does not fit modality 'vision' (it reads positions.steps: it fits text, timeseries, video)"
+        f"encoder 'stepsonly' does not fit modality 'vision' (it reads positions.steps: it fits {steps_modalities()})"
         in text
     )
     assert "encoders for vision: " + ", ".join(available_encoders("vision")) in text
@@ -263,3 +263,10 @@ def test_a_dataset_carries_its_own_defaults_below_the_experiment_and_the_command
 
     monkeypatch.setitem(SOURCES, "mnist5k", dataclasses.replace(SOURCES["mnist5k"], defaults={"val_size": 123}))
     assert compose([]).data.val_size == 123  # the default dataset's own values too
+
+
+def steps_modalities() -> str:
+    """The modalities whose data provides steps, as the fit errors list them."""
+    from poslab.config import modality_positions
+
+    return ", ".join(m for m in available_modalities() if "steps" in modality_positions(m))

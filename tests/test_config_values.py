@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 from poslab.cli import main
 from poslab.config import compose
 from poslab.errors import ConfigError
+from poslab.modalities import available_modalities
 from poslab.schema import RANGES, Range
 
 BAD = [
@@ -28,7 +29,7 @@ BAD = [
     ("data.val_size=0", "config key 'data.val_size' must be >= 1, got 0"),
     ("trainer.val_check_interval=0", "config key 'trainer.val_check_interval' must be > 0, got 0"),
     ("optim.betas=[0.9,1.5]", "config key 'optim.betas' must be in [0, 1), got 1.5"),
-    ("modality=", "'modality=' names no modality; valid: text, timeseries, video, vision"),
+    ("modality=", "'modality=' names no modality; valid: " + ", ".join(available_modalities())),
     ("trainer=", "'trainer=' names no trainer; valid: cpu, ddp, gpu"),
     ("seed=${seed}", "invalid config at 'seed': Recursive interpolation detected"),
     ("run.name=../../x", "run.name must be one folder name (no '/', not '.' or '..', 1-120 characters), got '../../x'"),
@@ -111,7 +112,7 @@ VALUES = st.one_of(
 
 
 @settings(max_examples=150, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
-@given(modality=st.sampled_from(["vision", "text", "timeseries"]), key=st.sampled_from(KEYS), value=VALUES)
+@given(modality=st.sampled_from(available_modalities()), key=st.sampled_from(KEYS), value=VALUES)
 def test_any_override_composes_or_is_one_config_error(modality, key, value):
     """Random values for checked keys: a valid config, or a ConfigError of one line — never another exception."""
     try:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import io
 import re
-import shutil
 import tokenize
 from dataclasses import dataclass
 from functools import partialmethod
@@ -12,16 +11,16 @@ from pathlib import Path
 
 import pytest
 import torch
-from omegaconf import MISSING
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 import poslab
-from poslab.config import compose, config_dir, group_choices, option_rows
+from poslab.config import compose, group_choices, option_rows
 from poslab.data.base import PositionDataModule
 from poslab.errors import ConfigError
 from poslab.modalities import Modality, available_modalities, get_modality, register_modality, unregister_modality
 from poslab.nn import Transformer
+from poslab.options import options_schema
 from poslab.positions import Positions
 from poslab.schema import EvalConfig, ModelConfig
 from poslab.tasks.base import PositionTask
@@ -50,9 +49,14 @@ GENERIC = [
 
 
 def test_every_modality_package_is_registered_with_its_yaml_and_a_tiny_test_config():
-    assert available_modalities() == ["text", "timeseries", "video", "vision"]
+    """The packaged modalities and any a plugin adds: each with its YAML and a tiny run for the tests."""
+    import poslab.modalities
+
+    packaged = sorted(p.name for p in Path(poslab.modalities.__file__).parent.iterdir() if (p / "__init__.py").exists())
+    assert packaged == sorted(TINY) and set(packaged) <= set(available_modalities())
     assert group_choices("modality") == available_modalities()
-    assert sorted(TINY) == available_modalities()  # registry-wide tests run each through its tiny config
+    for modality in available_modalities():  # a plugin's modality declares its tiny run
+        assert modality in TINY or get_modality(modality).tiny, modality
 
 
 def _named_modalities(path: Path) -> list[str]:
@@ -110,13 +114,6 @@ class ToyData:
 
 
 @dataclass
-class ToyModel(ModelConfig):
-    dim: int = MISSING
-    depth: int = MISSING
-    num_heads: int = MISSING
-
-
-@dataclass
 class ToyTask:
     name: str = "order"
 
@@ -165,6 +162,10 @@ class ToyModelNet(nn.Module):
         return self.head(self.backbone(self.embed(tokens), pos).mean(dim=1))
 
 
+#: ``model.*``: the toy net's keyword options (its sizes), as every modality derives them.
+ToyModel = options_schema("ToyModel", ToyModelNet, ("encoder", "vocab"), bases=(ModelConfig,))
+
+
 class ToyTaskModule(PositionTask):
     monitor = ("val/loss", "min")
 
@@ -203,27 +204,33 @@ trainer:
 """
 
 
+#: The toy's record: what a modality package (or a plugin's) registers.
+TOY = Modality(
+    name="toy",
+    task=ToyTask,
+    data=ToyData,
+    model=ToyModel,
+    eval=EvalConfig,
+    tasks={"order": ToyTaskModule},
+    datamodule=ToyDataModule,
+    headline=("test/loss",),
+    tiny=("data.size=32", "trainer.max_epochs=1"),
+)
+
+
 @pytest.fixture
 def toy_modality(tmp_path, monkeypatch):
-    """The toy modality registered from this file, with its YAML in a copy of the configs."""
+    """The toy modality registered from this file, its YAML in a config folder of its own (overlaying the
+    packaged configs)."""
     configs = tmp_path / "configs"
-    shutil.copytree(config_dir(), configs)
+    (configs / "modality").mkdir(parents=True)
     (configs / "modality" / "toy.yaml").write_text(TOY_YAML)
     monkeypatch.setenv("POSLAB_CONFIG_DIR", str(configs))
-    register_modality(
-        Modality(
-            name="toy",
-            task=ToyTask,
-            data=ToyData,
-            model=ToyModel,
-            eval=EvalConfig,
-            tasks={"order": ToyTaskModule},
-            datamodule=ToyDataModule,
-            headline=("test/loss",),
-        )
-    )
+    already = "toy" in available_modalities()  # a plugin package installed it
+    register_modality(TOY)
     yield
-    unregister_modality("toy")
+    if not already:
+        unregister_modality("toy")
 
 
 def test_a_modality_registered_from_a_test_file_trains_without_editing_the_package(toy_modality, tmp_path, capsys):
@@ -273,3 +280,23 @@ def test_every_data_source_of_every_modality_has_the_one_loader_signature():
             assert params[2].default is None, (modality, name)
             checked += 1
     assert checked >= 12
+
+
+def test_a_new_modality_providing_steps_does_not_change_where_show_draws_an_encoder(tmp_path, monkeypatch):
+    """``poslab show rope`` stays on text, the modality declaring steps as what it shows, even when a modality
+    named before it provides steps too (a tie on the fewest fields would pick 'audio')."""
+    import dataclasses
+
+    from poslab.encoders import available_encoders
+    from poslab.show import default_modality
+
+    (tmp_path / "modality").mkdir()
+    (tmp_path / "modality" / "audio.yaml").write_text(TOY_YAML)
+    monkeypatch.setenv("POSLAB_CONFIG_DIR", str(tmp_path))
+    register_modality(dataclasses.replace(TOY, name="audio"))
+    try:
+        assert "rope" in available_encoders("audio")
+        assert default_modality("rope") == "text" and default_modality("none") == "text"
+        assert default_modality("sincos2d") == "vision"
+    finally:
+        unregister_modality("audio")

@@ -18,7 +18,7 @@ from omegaconf import OmegaConf
 
 from poslab.config import compose
 from poslab.modalities import available_modalities
-from tests.conftest import TINY
+from tests.conftest import tiny_overrides
 
 VALUES = st.one_of(
     st.integers(-3, 40),
@@ -58,7 +58,7 @@ def written(run_root: Path) -> list[Path]:
 @pytest.mark.timeout(1200)
 @pytest.mark.parametrize("modality", available_modalities())
 def test_random_option_values_end_cleanly(request, modality):
-    tiny = request.getfixturevalue(TINY[modality])
+    tiny = tiny_overrides(request, modality)
     run_root = Path(next(o for o in tiny if o.startswith("run.root=")).split("=", 1)[1])
     composed = compose(tiny)
     keys = numeric_keys(tiny)

@@ -18,6 +18,7 @@ def test_without_configs_list_is_one_line(monkeypatch, tmp_path, capsys):
     """No packaged configs (a broken install) and none of the user's: one line naming where it looked."""
     monkeypatch.delenv("POSLAB_CONFIG_DIR", raising=False)
     monkeypatch.setattr("poslab.config_files.config_dir", lambda: tmp_path)
+    monkeypatch.setattr("poslab.entry_points.plugin_config_dirs", lambda: [])  # nor a plugin's
     assert main(["list"]) == 2
     assert capsys.readouterr().err == (
         f"poslab: error: no modality configs under {tmp_path}; set POSLAB_CONFIG_DIR to a configs/ folder\n"

@@ -25,7 +25,7 @@ from poslab.encoders.registry import register_encoder
 
 @register_encoder("halfsteps")
 class HalfSteps(PositionEncoder):
-    """A plugin's encoder: scale * sin(step) on every channel."""
+    """A plugin's encoder: scale * sin(step * c / D) on channel c."""
 
     reads = "steps"
 
@@ -35,16 +35,15 @@ class HalfSteps(PositionEncoder):
 
     def encode_input(self, x, pos):
         steps = self.field(pos).to(x.dtype)
-        return x + self.scale * torch.sin(steps)[..., None]
+        rates = torch.arange(1, x.shape[-1] + 1, device=x.device, dtype=x.dtype) / x.shape[-1]
+        return x + self.scale * torch.sin(steps[..., None] * rates)
 '''
 
 MODALITY = """
-from poslab.modalities import Modality, register_modality
-from poslab.schema import EvalConfig
-from tests.test_modalities import ToyData, ToyDataModule, ToyModel, ToyTask, ToyTaskModule
+from poslab.modalities import register_modality
+from tests.test_modalities import TOY
 
-register_modality(Modality(name="toy", task=ToyTask, data=ToyData, model=ToyModel, eval=EvalConfig,
-                           tasks={"order": ToyTaskModule}, datamodule=ToyDataModule, headline=("test/loss",)))
+register_modality(TOY)
 """
 
 SOURCE = """
@@ -128,3 +127,17 @@ def test_a_user_config_folder_overlays_the_packaged_configs(tmp_path, monkeypatc
     cfg = compose(["experiment=mine"])
     assert (cfg.modality, cfg.encoder.name, cfg.data.image_size) == ("vision", "rope2d", 56)
     assert compose(["modality=text"]).encoder.name == "rope"  # the packaged modality YAML still applies
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1500)
+def test_the_whole_fast_tier_passes_with_a_plugins_modality_and_encoder_installed(site):
+    """Registry-wide tests take in what a plugin adds (the toy modality, an encoder) with no edit to them."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), str(ROOT), str(ROOT / "src")])}
+    env.pop("POSLAB_CONFIG_DIR", None)
+    listed = subprocess.run([sys.executable, "-m", "poslab", "list"], env=env, capture_output=True, text=True)
+    assert "toy: " in listed.stdout and "halfsteps" in listed.stdout  # the plugin is in
+    command = [sys.executable, "-m", "pytest", "-q", "-x", "-n", "2", "-m", "not slow", "-p", "no:cacheprovider",
+               str(ROOT / "tests")]  # fmt: skip
+    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout[-3000:]

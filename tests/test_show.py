@@ -11,7 +11,7 @@ import torch
 from poslab.cli import main
 from poslab.encoders import available_encoders
 from poslab.encoders.alibi import alibi_slopes
-from poslab.modalities import available_modalities
+from poslab.modalities import available_modalities, get_modality
 
 SINUSOID_GOLDEN = [  # Vaswani et al. at dim 4, positions 0..3: [sin p, cos p, sin p/100, cos p/100]
     [0.000, 1.000, 0.000, 1.000],
@@ -82,7 +82,8 @@ def test_options_reach_the_encoder_and_bad_input_is_one_clear_line(capsys, tmp_p
 
 
 @pytest.mark.parametrize(
-    ("modality", "encoder"), [(m, e) for m in available_modalities() for e in available_encoders(m)]
+    ("modality", "encoder"),
+    [(m, e) for m in available_modalities() if get_modality(m).show for e in available_encoders(m)],  # show: optional
 )
 def test_every_encoder_of_every_modality_is_drawn(modality, encoder, tmp_path, capsys):
     """On the modality's own canonical positions: an L x L position-only score, and a PNG."""

@@ -78,6 +78,12 @@ class Modality:
     report_figures: Ref = None
     overlays: Ref = None
     show: Ref = None
+    #: The position fields this modality is the canonical picture of: ``poslab show`` draws an encoder that
+    #: reads one of them here unless told otherwise (so a new modality providing them changes no picture).
+    shows: tuple[str, ...] = ()
+    #: Overrides that shrink a run to a few CPU seconds on data it makes itself: the registry-wide tests run a
+    #: plugin's modality through them (the built-in ones have test fixtures with generated data).
+    tiny: tuple[str, ...] = ()
 
     def task_class(self, task_name: str) -> type:
         if task_name not in self.tasks:

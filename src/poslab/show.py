@@ -66,23 +66,28 @@ class Canvas:
 
 
 def default_modality(name: str) -> str:
-    """The simplest modality an encoder fits: the one providing the fewest position fields (then by name)."""
+    """Where ``poslab show`` draws an encoder: the modality declaring the field it reads as the one it shows
+    (``Modality.shows``); else (an encoder reading no field, a field no modality declares) the simplest of
+    those it fits, providing the fewest position fields, showing modalities first, then by name."""
     from poslab.config import modality_positions
     from poslab.encoders import encoder_class
     from poslab.errors import ConfigError
-    from poslab.plugins import available_modalities
+    from poslab.plugins import available_modalities, get_modality
 
-    encoder_class(name)  # an unknown encoder: its own one-line error
+    reads = encoder_class(name).reads  # an unknown encoder: its own one-line error
     fitting = []
     for modality in available_modalities():
         try:
             encoder_class(name, modality)
         except ConfigError:
             continue
-        fitting.append((len(modality_positions(modality)), modality))
+        shows = get_modality(modality).shows
+        if reads is not None and reads in shows:
+            return modality
+        fitting.append((not shows, len(modality_positions(modality)), modality))
     if not fitting:
         raise ConfigError(f"encoder '{name}' fits no modality")
-    return min(fitting)[1]
+    return min(fitting)[2]
 
 
 def canvas_of(modality: str, length: int | None) -> Canvas:

@@ -14,7 +14,7 @@ import torch
 from poslab.config import compose
 from poslab.data import build_datamodule
 from poslab.data.sources import source_modules
-from tests.conftest import TINY
+from tests.conftest import tiny_overrides
 
 CASES = [(m, name) for m, package in source_modules().items() for name in package.SOURCES]
 
@@ -31,7 +31,7 @@ def test_every_source_runs_on_a_tiny_generated_sample(modality, name, tmp_path, 
     root = tmp_path / "data"
     root.mkdir()
     reads_it = source_modules()[modality].SAMPLES[name](root)
-    overrides = [o for o in request.getfixturevalue(TINY[modality]) if not o.startswith(("data=", "data.path="))]
+    overrides = [o for o in tiny_overrides(request, modality) if not o.startswith(("data=", "data.path="))]
     overrides += [f"data={name}", f"data.root={root}", "data.download=false", *reads_it]
     datamodule = build_datamodule(compose(overrides))
     datamodule.prepare_data()  # would raise (no network) if it tried to download

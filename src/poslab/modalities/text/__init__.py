@@ -49,5 +49,6 @@ MODALITY = register_modality(
         report_figures="poslab.modalities.text.report:figures",
         overlays="poslab.modalities.text.report:overlays",
         show="poslab.modalities.text.show:canvas",
+        shows=("steps",),  # `poslab show` draws an encoder reading steps here by default
     )
 )

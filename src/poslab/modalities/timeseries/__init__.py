@@ -39,5 +39,6 @@ MODALITY = register_modality(
         report_figures="poslab.modalities.timeseries.report:figures",
         overlays="poslab.modalities.timeseries.report:overlays",
         show="poslab.modalities.timeseries.show:canvas",
+        shows=("times",),  # `poslab show` draws an encoder reading times here by default
     )
 )

@@ -37,5 +37,6 @@ MODALITY = register_modality(
         report_figures="poslab.modalities.video.report:figures",
         overlays="poslab.modalities.video.report:overlays",
         show="poslab.modalities.video.show:canvas",
+        shows=("coords3d",),  # `poslab show` draws an encoder reading coords3d here by default
     )
 )

@@ -30,5 +30,6 @@ MODALITY = register_modality(
         report_figures="poslab.modalities.vision.report:figures",
         overlays="poslab.modalities.vision.report:overlays",
         show="poslab.modalities.vision.show:canvas",
+        shows=("coords",),  # `poslab show` draws an encoder reading coords here by default
     )
 )
