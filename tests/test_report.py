@@ -340,3 +340,5 @@ def test_compare_encoders_all_takes_every_fitting_encoder_and_more_after_it(monk
     assert labels == ["none", *(e for e in available_encoders("vision") if e != "none")]  # each once, in order
     monkeypatch.setattr("poslab.encoders.available_encoders", lambda modality=None: ["none", "sincos2d"])
     assert [label for label, _, _ in plan("vision", ["all"], 1, ["experiment=null"])] == ["none", "sincos2d"]
+    in_yaml = ["experiment=null", "compare_encoders=all"]  # an experiment's `compare_encoders: all`
+    assert [label for label, _, _ in plan("vision", None, 1, in_yaml)] == ["none", "sincos2d"]

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from poslab.config import compose, config_hash, to_dict
+from poslab.config import ALL_ENCODERS, compose, config_hash, to_dict
 from poslab.errors import ConfigError, RunInterrupted, first_line
 from poslab.resume import LAST_CHECKPOINT
 from poslab.rundir import RunInUse, remove_run_dir, run_in_use
@@ -38,8 +38,7 @@ class Outcome:
     metrics: dict[str, float] = field(default_factory=dict)
 
 
-#: In ``compare_encoders`` (or ``encoders=``): every registered encoder that fits the modality, a new one too.
-ALL = "all"
+ALL = ALL_ENCODERS  # in compare_encoders (or encoders=): every registered encoder that fits, a new one too
 
 
 def expand_encoders(listed: list[str], fitting: list[str]) -> list[str]:

@@ -32,6 +32,8 @@ from poslab.config_files import (  # noqa: F401 (re-exported)
 )
 from poslab.errors import ConfigError, did_you_mean
 
+#: ``compare_encoders: all``: every encoder that fits the modality (a new one joins), alone or in the list.
+ALL_ENCODERS = "all"
 #: Groups chosen by name (a YAML file each under ``configs/<group>/``).
 GROUPS = ("modality", "encoder", "experiment", "logger", "trainer")
 #: Groups whose YAML becomes a config node of the same name.
@@ -211,6 +213,8 @@ def _compose(overrides: list[str] | tuple[str, ...]) -> DictConfig:
         exp_cfg,
     ]
     cfg = _merge_overrides(OmegaConf.merge(*layers), cli)
+    if cfg.get("compare_encoders") == ALL_ENCODERS:  # `compare_encoders: all`, the list's one-word form
+        cfg.compare_encoders = [ALL_ENCODERS]
     dataset = source_defaults(modality, OmegaConf.select(cfg, "data.name", default=None))
     if dataset:  # the dataset's own values, above the modality's, below the experiment's and the command line's
         cfg = _merge_overrides(OmegaConf.merge(*layers[:3], {"data": dataset}, *layers[3:]), cli)
