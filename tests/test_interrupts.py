@@ -117,3 +117,22 @@ def test_a_real_process_signalled_mid_training_exits_with_its_code_and_resumes_e
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["metrics"]["test/acc"] == whole["metrics"]["test/acc"]
     assert summary["metrics"]["test/loss"] == pytest.approx(whole["metrics"]["test/loss"], abs=1e-6)
+
+
+def test_a_signal_while_a_compare_plans_its_grid_says_to_rerun_it(tiny, monkeypatch, tmp_path, capsys):
+    import poslab.compare
+    from poslab.cli import main
+
+    real = poslab.compare.plan
+
+    def planning(*args, **kwargs):
+        os.kill(os.getpid(), signal.SIGTERM)  # arrives while the grid is composed, before any run
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(poslab.compare, "plan", planning)
+    monkeypatch.chdir(tmp_path)
+    assert main(["compare", "modality=vision", "encoders=[none]", "seeds=1", *tiny]) == 143
+    err = capsys.readouterr().err
+    assert err == (
+        "poslab: interrupted by SIGTERM between runs; rerun the same `poslab compare` command to continue the grid\n"
+    )

@@ -98,7 +98,15 @@ def compare(
     from poslab import interrupts
 
     with interrupts.handled():
-        return _compare(modality, encoders, seeds, overrides, reports, echo)
+        try:
+            return _compare(modality, encoders, seeds, overrides, reports, echo)
+        except RunInterrupted as exc:  # while planning the grid or between its runs: nothing half-done
+            if "poslab compare" in str(exc):
+                raise
+            raise RunInterrupted(
+                f"{exc} between runs; rerun the same `poslab compare` command to continue the grid",
+                exc.exit_code - 128,
+            ) from None
 
 
 def _compare(modality, encoders, seeds, overrides, reports, echo) -> dict[str, Any]:
