@@ -136,3 +136,23 @@ def test_a_signal_while_a_compare_plans_its_grid_says_to_rerun_it(tiny, monkeypa
     assert err == (
         "poslab: interrupted by SIGTERM between runs; rerun the same `poslab compare` command to continue the grid\n"
     )
+
+
+def test_a_signal_inside_a_handler_for_failures_is_still_an_interrupt(tiny, monkeypatch, tmp_path, capsys):
+    """Reading a YAML turns any failure into 'cannot read'; a signal arriving there stays an interrupt."""
+    from omegaconf import OmegaConf
+
+    from poslab.cli import main
+
+    real, sent = OmegaConf.load, []
+
+    def load(path):
+        if not sent:
+            sent.append(1)
+            os.kill(os.getpid(), signal.SIGTERM)
+        return real(path)
+
+    monkeypatch.setattr(OmegaConf, "load", staticmethod(load))
+    monkeypatch.chdir(tmp_path)
+    assert main(["compare", "modality=vision", "encoders=[none]", "seeds=1", *tiny]) == 143
+    assert "interrupted by SIGTERM between runs; rerun the same `poslab compare`" in capsys.readouterr().err

@@ -23,8 +23,12 @@ class DataError(PoslabError):
     """A data file that is missing, corrupt or fails its checksum."""
 
 
-class RunInterrupted(PoslabError):
-    """A run stopped by a signal: its checkpoint is saved, and it exits with 128 + the signal number."""
+class RunInterrupted(BaseException):
+    """A run stopped by a signal: its checkpoint is saved, and it exits with 128 + the signal number.
+
+    Like ``KeyboardInterrupt``, not an ``Exception``: the signal may arrive anywhere (reading a YAML, starting
+    W&B, between a comparison's runs), and the handlers there that turn a failure into one line or into a
+    failed run must not swallow it."""
 
     def __init__(self, message: str, signal_number: int) -> None:
         super().__init__(message)
