@@ -228,3 +228,14 @@ def held_by_another_process(run_dir: Path) -> Iterator[None]:
     finally:
         done.set()
         holder.join(30)
+
+
+def assert_refused_in_one_line(tiny: list[str], override: str, message: str, capsys) -> None:
+    """``poslab train`` of the tiny run with ``override``: exit 2, one error line holding ``message``, no file."""
+    from poslab.cli import main
+
+    run_root = Path(next(o for o in tiny if o.startswith("run.root=")).split("=", 1)[1])
+    assert main(["train", *tiny, override]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and message in err, err
+    assert not [p for p in run_root.rglob("*") if p.is_file()]

@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 from lightning.pytorch.callbacks import EarlyStopping, LearningRateMonitor, StochasticWeightAveraging
 
 from poslab.callback_presets import PRESETS, RunFacts, build_callbacks, lightning_class
-from poslab.cli import main
 from poslab.config import compose
 from poslab.train import train
+from tests.conftest import assert_refused_in_one_line
 
 FACTS = RunFacts(monitor="val/acc", mode="max", lr=0.003)
 
@@ -59,8 +57,4 @@ def test_early_stopping_ends_a_run_that_stops_improving(tiny):
     ],
 )  # fmt: skip
 def test_a_bad_preset_is_one_line_and_leaves_nothing(override, message, tiny, capsys):
-    run_root = Path(next(o for o in tiny if o.startswith("run.root=")).split("=", 1)[1])
-    assert main(["train", *tiny, override]) == 2
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and message in err, err
-    assert not [p for p in run_root.rglob("*") if p.is_file()]
+    assert_refused_in_one_line(tiny, override, message, capsys)

@@ -10,9 +10,9 @@ import lightning as L
 import pytest
 import yaml
 
-from poslab.cli import main
 from poslab.config import compose, option_rows
 from poslab.train import build_trainer, train
+from tests.conftest import assert_refused_in_one_line
 
 #: Object-valued arguments poslab sets: a config cannot hold a logger, a callback or a plugin object.
 SET_BY_POSLAB = {"logger", "callbacks", "plugins", "default_root_dir", "enable_checkpointing"}
@@ -88,11 +88,7 @@ def test_accumulation_and_fast_dev_run_train_as_lightning_does(tiny):
     ],
 )
 def test_a_bad_trainer_setting_is_one_line_and_leaves_nothing(override, message, tiny, capsys):
-    run_root = Path(next(o for o in tiny if o.startswith("run.root=")).split("=", 1)[1])
-    assert main(["train", *tiny, override]) == 2
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and message in err, err
-    assert not [p for p in run_root.rglob("*") if p.is_file()]
+    assert_refused_in_one_line(tiny, override, message, capsys)
 
 
 def test_the_generated_argument_table_matches_the_installed_lightnings_signature():

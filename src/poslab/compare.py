@@ -38,15 +38,12 @@ class Outcome:
     metrics: dict[str, float] = field(default_factory=dict)
 
 
-ALL = ALL_ENCODERS  # in compare_encoders (or encoders=): every registered encoder that fits, a new one too
-
-
 def expand_encoders(listed: list[str], fitting: list[str]) -> list[str]:
     """``listed`` with ``all`` replaced by ``fitting`` (the modality's encoders), each encoder once, in order:
     ``[all, rope+cyclic]`` is every single encoder and one composite."""
     out: list[str] = []
     for name in listed:
-        out += fitting if name == ALL else [name]
+        out += fitting if name == ALL_ENCODERS else [name]
     return list(dict.fromkeys(out))
 
 
@@ -70,7 +67,7 @@ def plan(
     seeds = base.compare_seeds if seeds is None else seeds
     if seeds < 1:
         raise ConfigError(f"seeds must be at least 1, got {seeds}")
-    encoders = expand_encoders(encoders or list(base.compare_encoders) or [ALL], available_encoders(modality))
+    encoders = expand_encoders(encoders or list(base.compare_encoders) or [ALL_ENCODERS], available_encoders(modality))
     variants: dict[str | None, list[str]] = {k: list(v) for k, v in base.compare_variants.items()} or {None: []}
     grid = []
     for encoder in encoders:
