@@ -10,7 +10,7 @@ from poslab.cli import main
 from poslab.config import compose
 from poslab.errors import ConfigError
 from poslab.modalities import available_modalities
-from poslab.schema import RANGES, Range
+from poslab.ranges import Range, declared_ranges
 
 BAD = [
     ("model.dim=0", "config key 'model.dim' must be in [1, 65,536], got 0"),
@@ -45,25 +45,62 @@ def test_a_value_out_of_range_is_one_line_before_anything_is_written(override, m
     assert not list(tmp_path.iterdir())
 
 
-def test_ranges_name_real_keys_of_some_modality():
-    """A typo in the table would silently check nothing (trainer keys: arguments of lightning.Trainer)."""
-    import dataclasses
-
-    from omegaconf import OmegaConf
-
-    from poslab.modalities import available_modalities
+def checked_ranges() -> dict[str, Range]:
+    """Every range the schemas declare, over the modalities (their default encoders), the trainer and every
+    optimiser."""
     from poslab.optimizers import optimizer_schema, optimizers
+    from poslab.plugins import get_modality
+    from poslab.schema import encoder_schema, root_schema
     from poslab.trainer_schema import trainer_schema
 
-    cfgs = [compose([f"modality={m}"]) for m in available_modalities()]
-    cfgs.append(compose(["experiment=resolution"]))
-    signature_keys = {f"trainer.{f.name}" for f in dataclasses.fields(trainer_schema())}
-    signature_keys |= {f"optim.{f.name}" for name in optimizers() for f in dataclasses.fields(optimizer_schema(name))}
-    for key in RANGES:
-        if key.startswith(("trainer.", "optim.")):
-            assert key in signature_keys, key
-        else:
-            assert any(OmegaConf.select(c, key, default="<absent>") != "<absent>" for c in cfgs), key
+    found: dict[str, Range] = {}
+    for modality in available_modalities():
+        encoder = compose([f"modality={modality}"]).encoder.name
+        found.update(declared_ranges(root_schema(get_modality(modality), encoder_schema(encoder))))
+    found.update(declared_ranges(trainer_schema(), "trainer."))
+    for name in optimizers():
+        found.update(declared_ranges(optimizer_schema(name), "optim."))
+    return found
+
+
+def test_the_ranges_tables_of_library_signatures_name_real_arguments():
+    """The trainer's and the optimisers' ranges sit in tables (their signatures are Lightning's and torch's):
+    a typo there would silently check nothing."""
+    import dataclasses
+
+    from poslab import optimizers, trainer_schema
+    from poslab.options import keyword_options
+
+    trainer_keys = {f.name for f in dataclasses.fields(trainer_schema.trainer_schema())}
+    assert set(trainer_schema.RANGES) <= trainer_keys, set(trainer_schema.RANGES) - trainer_keys
+    optimiser_keys = {k for cls in optimizers.optimizers().values() for k in keyword_options(cls)}
+    assert set(optimizers.RANGES) <= optimiser_keys, set(optimizers.RANGES) - optimiser_keys
+
+
+def test_a_range_is_declared_at_its_field_and_checked_there(tmp_path):
+    """Fields of a modality's dataclasses, a model constructor's parameters and the root's keys carry their
+    ranges; removing one from an annotation stops its check (the ranges are not kept apart from the fields)."""
+    ranges = checked_ranges()
+    assert ranges["model.dim"] == Range(1, 2**16)  # ViT.__init__'s `dim: Width`
+    assert ranges["data.augment.scale"] == Range(0, 1, high_open=True)  # a nested block's field
+    assert ranges["seed"] == Range(0, 2**32 - 1) and ranges["trainer.max_epochs"] == Range(1, also=(-1,))
+    assert ranges["optim.warmup_fraction"] == Range(0, 1, high_open=True)
+    assert ranges["optim.momentum"] == Range(0)  # SGD's, RMSprop's
+    with pytest.raises(ConfigError, match="'optim.momentum' must be >= 0, got -0.5"):
+        compose(["optim.name=sgd", "optim.momentum=-0.5"])
+
+
+def test_a_plugins_modality_giving_ranges_by_key_still_has_them_checked_with_a_deprecation_warning(monkeypatch):
+    from dataclasses import replace
+
+    from poslab import plugins
+
+    vision = plugins.get_modality("vision")
+    with pytest.warns(DeprecationWarning, match=r"Modality\(ranges=...\) is deprecated; declare each range"):
+        old_style = replace(vision, ranges={"data.patch_size": Range(5)})
+    monkeypatch.setitem(plugins._REGISTRY, "vision", old_style)
+    with pytest.raises(ConfigError, match="'data.patch_size' must be >= 5, got 4"):
+        compose(["data.patch_size=4"])
 
 
 @pytest.mark.parametrize(
@@ -102,7 +139,7 @@ def test_short_runs_have_a_schedule(tiny):
             assert lrs[0] < lrs[peak] <= 1.0 and lrs[-1] < lrs[peak]  # it warms up and decays
 
 
-KEYS = sorted({*RANGES, "model.mlp_ratio", "data.coords", "encoder.name", "trainer.devices", "logger.mode"})
+KEYS = sorted({*checked_ranges(), "model.mlp_ratio", "data.coords", "encoder.name", "trainer.devices", "logger.mode"})
 VALUES = st.one_of(
     st.integers(-(2**40), 2**40),
     st.floats(allow_nan=True, allow_infinity=True),

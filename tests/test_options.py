@@ -47,7 +47,8 @@ def test_a_models_typed_option_is_validated_from_its_annotation():
 def test_options_lists_every_key_with_type_default_and_value():
     rows = {key: rest for key, *rest in option_rows(compose(["modality=video", "model.dim=32"]))}
     assert rows["model.pool"] == ["one of 'cls', 'mean'", "'cls'", "'cls'"]
-    assert rows["model.dim"] == ["int", "—", "32"]  # no default in the signature: the YAML's value
+    assert rows["model.dim"] == ["int, in [1, 65,536]", "—", "32"]  # no default in the signature: the YAML's value
+    assert rows["data.patch_size"] == ["int, >= 1", "8", "8"]  # the range declared at the field
     assert rows["encoder.sections"] == ["a list of int or null", "None", "None"]
     assert rows["data.label"][0] == "one of 'direction', 'digit'"
 
@@ -58,5 +59,5 @@ def test_the_cli_prints_the_options(capsys):
     assert main(["train", "--options", "modality=text", "encoder=alibi"]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0].split() == ["key", "type", "default", "value"]
-    assert any(line.split()[:2] == ["model.embed_std", "float"] for line in out)
+    assert any(line.split()[:3] == ["model.embed_std", "float,", ">"] for line in out)
     assert any(line.startswith("encoder.bidirectional") for line in out)

@@ -28,8 +28,8 @@ def test_every_trainer_argument_is_a_key_with_lightnings_default():
         if name != "enable_model_summary":  # poslab prints its own one-line summary
             assert rows[f"trainer.{name}"][1] == repr(param.default), name
     assert rows["trainer.enable_model_summary"][1] == "False"
-    assert rows["trainer.accumulate_grad_batches"][0] == "int"
-    assert rows["trainer.fast_dev_run"][0] == "bool or int"
+    assert rows["trainer.accumulate_grad_batches"][0] == "int, >= 1"
+    assert rows["trainer.fast_dev_run"][0] == "bool or int, >= 0"
 
 
 def test_the_trainer_node_holds_only_what_the_yaml_sets(tmp_path):

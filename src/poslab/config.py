@@ -311,12 +311,16 @@ def validate(cfg: DictConfig) -> DictConfig:
         OmegaConf.resolve(merged)
     except OmegaConfBaseException as exc:
         raise ConfigError(f"cannot resolve config key '{exc.full_key}': {exc.msg.splitlines()[0]}") from None
+    from poslab.ranges import declared_ranges
     from poslab.schema import SIGNATURE_NODES
 
+    ranges = dict(declared_ranges(schema))
     for name, schema_of in SIGNATURE_NODES.items():
-        merged[name] = typed_node(merged[name], schema_of(merged[name]), name)
+        node_schema = schema_of(merged[name])
+        ranges.update(declared_ranges(node_schema, f"{name}."))
+        merged[name] = typed_node(merged[name], node_schema, name)
     merged.callbacks = _typed_callbacks(OmegaConf.to_container(merged.callbacks))
-    check_values(merged, parts.ranges)
+    check_values(merged, {**ranges, **parts.ranges})
     problem = parts.check(merged) if parts.check else None
     if problem:
         raise ConfigError(problem)
@@ -365,13 +369,13 @@ def _typed_callbacks(listed: list) -> list:
     return typed
 
 
-def check_values(cfg: DictConfig, ranges: dict | None = None) -> None:
-    """Every float finite, every key of :data:`poslab.schema.RANGES` and of ``ranges`` (the modality's) in
-    its range, ``run.name`` one path component: one :class:`ConfigError` line naming the key, the value and
+def check_values(cfg: DictConfig, ranges: dict) -> None:
+    """Every float finite, every key of ``ranges`` (those the schema declares: :func:`poslab.ranges.declared_ranges`)
+    in its range, ``run.name`` one path component: one :class:`ConfigError` line naming the key, the value and
     what is allowed."""
     import math
 
-    from poslab.schema import RANGES, RUN_NAME_MAX
+    from poslab.schema import RUN_NAME_MAX
 
     def floats(node: Any, prefix: str):
         for key, value in node.items() if isinstance(node, dict) else enumerate(node):
@@ -385,7 +389,7 @@ def check_values(cfg: DictConfig, ranges: dict | None = None) -> None:
     for key, value in floats(plain, ""):
         if not math.isfinite(value):
             raise ConfigError(f"config key '{key}' must be a finite number, got {value}")
-    for key, allowed in {**RANGES, **(ranges or {})}.items():
+    for key, allowed in ranges.items():
         value = OmegaConf.select(cfg, key, default=None)
         values = [value] if value is None or isinstance(value, (str, int, float)) else list(value)
         for item in values:
@@ -488,8 +492,10 @@ def declared_default(f: dataclasses.Field) -> Any:
 
 def option_rows(cfg: DictConfig) -> list[tuple[str, str, str, str]]:
     """``(key, type, default, value)`` for every key of ``cfg``'s schema: the options of its modality, encoder
-    and model as their schemas (derived from the constructors where they can be) declare them."""
+    and model as their schemas (derived from the constructors where they can be) declare them; the type says
+    the range where one is declared."""
     from poslab.plugins import get_modality
+    from poslab.ranges import range_of
     from poslab.schema import SIGNATURE_NODES, encoder_schema, root_schema
 
     schema = root_schema(get_modality(cfg.modality), encoder_schema(cfg.encoder.name))
@@ -509,7 +515,10 @@ def option_rows(cfg: DictConfig) -> list[tuple[str, str, str, str]]:
             default = "—" if declared is dataclasses.MISSING else repr(declared)  # "—": the YAML's value only
             value = OmegaConf.select(cfg, key, default=declared, throw_on_missing=False)  # unset: the default
             value = OmegaConf.to_container(value) if isinstance(value, (DictConfig, ListConfig)) else value
-            rows.append((key, describe_type(hint), default, repr(value)))
+            allowed = range_of(typing.get_type_hints(node, include_extras=True).get(f.name))
+            each = "each " if typing.get_origin(hint) in (list, tuple) else ""
+            kind = describe_type(hint) + (f", {each}{allowed.describe()}" if allowed else "")
+            rows.append((key, kind, default, repr(value)))
 
     walk(schema, "")
     return rows

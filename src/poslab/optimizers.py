@@ -8,12 +8,13 @@ import dataclasses
 import functools
 import math
 from dataclasses import field
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import torch
 from torch import nn
 
 from poslab.options import keyword_options, signature_schema
+from poslab.ranges import AT_LEAST_0, FRACTION, POSITIVE
 
 #: Optimisers ``optim.name`` may not name, and why: each needs what a config cannot give it.
 UNSUPPORTED = {
@@ -24,6 +25,14 @@ UNSUPPORTED = {
 DEFAULT_OPTIMIZER = "adamw"
 #: The optimiser's arguments poslab supplies (its parameters, in groups that carry the weight decay).
 SUPPLIED = ("params",)
+#: Ranges of the optimisers' arguments, by name wherever an optimiser takes it (their signatures carry none).
+RANGES = {
+    "lr": POSITIVE,
+    "weight_decay": AT_LEAST_0,
+    "betas": FRACTION,  # each
+    "momentum": AT_LEAST_0,
+    "eps": AT_LEAST_0,
+}
 #: The optim node's keys that are poslab's, not the optimiser's.
 OWN_KEYS = ("name", "warmup_fraction")
 
@@ -50,9 +59,13 @@ def optimizer_schema(name: str) -> type:
         raise ConfigError(f"optim.name cannot be {name!r}{why}; valid: {', '.join(known)}")
     leading = [
         ("name", Literal[tuple(known)], field(default=DEFAULT_OPTIMIZER)),  # type: ignore[misc]
-        ("warmup_fraction", float, field(default=0.0)),  # the schedule's warmup: a share of the steps
+        (
+            "warmup_fraction",
+            Annotated[float, FRACTION],
+            field(default=0.0),
+        ),  # the schedule's warmup: a share of the steps
     ]
-    schema = signature_schema(f"Optim_{name}", known[name], skip=SUPPLIED, leading=leading)
+    schema = signature_schema(f"Optim_{name}", known[name], skip=SUPPLIED, leading=leading, ranges=RANGES)
     own = {f.name for f in dataclasses.fields(schema)}
     # Another optimiser's options a modality or experiment tunes (text's AdamW betas) do not apply to this one.
     schema.foreign = {k for other in known.values() for k in keyword_options(other, SUPPLIED)} - own

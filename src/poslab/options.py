@@ -30,9 +30,10 @@ def keyword_options(fn: Callable, supplied: tuple[str, ...] = ()) -> dict[str, i
 
 
 def option_fields(fn: Callable, supplied: tuple[str, ...] = ()) -> list[tuple[str, Any, Any]]:
-    """``(key, type, dataclass field)`` per option, string annotations evaluated; no default: required."""
+    """``(key, type, dataclass field)`` per option, string annotations evaluated (a declared range kept:
+    ``Annotated[int, AT_LEAST_1]``, :mod:`poslab.ranges`); no default: required."""
     target = fn.__init__ if isinstance(fn, type) else fn
-    hints = typing.get_type_hints(target)
+    hints = typing.get_type_hints(target, include_extras=True)
     out = []
     for key, param in keyword_options(fn, supplied).items():
         default = MISSING if param.default is inspect.Parameter.empty else param.default
@@ -49,11 +50,19 @@ def options_schema(name: str, fn: Callable, supplied: tuple[str, ...] = (), base
 
 
 def signature_schema(
-    name: str, fn: Callable, skip: tuple[str, ...] = (), leading: list | tuple = (), defaults: Mapping | None = None
+    name: str,
+    fn: Callable,
+    skip: tuple[str, ...] = (),
+    leading: list | tuple = (),
+    defaults: Mapping | None = None,
+    ranges: Mapping | None = None,
 ) -> type:
     """A dataclass of the arguments of ``fn`` a YAML value can hold (:func:`config_type`; the others, and
     ``skip``, are left out), after the ``leading`` ``(key, type, field)`` entries; defaults are ``fn``'s unless
-    ``defaults`` overrides them. ``choices`` rides along: the listed values of ``Literal`` arguments."""
+    ``defaults`` overrides them, and ``ranges`` (:mod:`poslab.ranges`) declares the ranges a library's
+    signature cannot. ``choices`` rides along: the listed values of ``Literal`` arguments."""
+    from poslab.ranges import with_ranges
+
     target = fn.__init__ if isinstance(fn, type) else fn
     hints = typing.get_type_hints(target)
     fields_, choices = list(leading), {}
@@ -63,7 +72,7 @@ def signature_schema(
             continue
         default = (defaults or {}).get(key, MISSING if param.default is inspect.Parameter.empty else param.default)
         default = plain_default(default)
-        fields_.append((key, held, field(default=default)))
+        fields_.append((key, with_ranges(held, key, ranges or {}), field(default=default)))
         listed = literal_choices(hints.get(key, Any))
         if listed:
             choices[key] = listed
@@ -146,7 +155,10 @@ def literal_choices(annotation: Any) -> tuple | None:
 
 
 def normalise(annotation: Any) -> Any:
-    """``X | None`` (types.UnionType) -> ``typing.Union`` that OmegaConf understands."""
+    """``X | None`` (types.UnionType) -> ``typing.Union`` that OmegaConf understands, also inside ``Annotated``."""
+    if typing.get_origin(annotation) is typing.Annotated:
+        bare, *extras = typing.get_args(annotation)
+        return typing.Annotated.__class_getitem__((normalise(bare), *extras))
     if isinstance(annotation, types.UnionType):
         return Union[tuple(normalise(a) for a in annotation.__args__)]
     return annotation

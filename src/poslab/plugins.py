@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
+import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -48,9 +49,9 @@ class Modality:
 
     Schema parts are dataclasses saying which keys exist under ``task.*``,
     ``data.*``, ``model.*`` and ``eval.*`` and their types (values live in the
-    modality's YAML). ``ranges`` adds value ranges by dotted key (see
-    :data:`poslab.schema.RANGES`); ``check(cfg)`` returns a message for a rule
-    across keys, or None.
+    modality's YAML); a field declares its range in its annotation
+    (``Annotated[int, AT_LEAST_1]``, :mod:`poslab.ranges`). ``check(cfg)``
+    returns a message for a rule across keys, or None.
 
     Report pieces, each a function of the report's groups of runs (see
     :mod:`poslab.report`): ``report_tables`` -> Markdown lines,
@@ -70,7 +71,7 @@ class Modality:
     datamodule: Ref  # the data module of every data.name not in ``datamodules``
     datamodules: Mapping[str, Ref] = field(default_factory=dict)  # data.name -> a data module of its own
     eval: type = EvalConfig  # the eval.* keys every run has; a modality's probes extend it
-    ranges: Mapping[str, Any] = field(default_factory=dict)
+    ranges: Mapping[str, Any] = field(default_factory=dict)  # deprecated: ranges by dotted key, still checked
     check: Callable[[Any], str | None] | None = None
     headline: tuple[str, ...] = ()  # metrics a report's table leads with, in order
     extra_prefixes: tuple[str, ...] = ()  # metric families the table also shows when runs report them
@@ -78,12 +79,22 @@ class Modality:
     report_figures: Ref = None
     overlays: Ref = None
     show: Ref = None
+
     #: The position fields this modality is the canonical picture of: ``poslab show`` draws an encoder that
     #: reads one of them here unless told otherwise (so a new modality providing them changes no picture).
     shows: tuple[str, ...] = ()
     #: Overrides that shrink a run to a few CPU seconds on data it makes itself: the registry-wide tests run a
     #: plugin's modality through them (the built-in ones have test fixtures with generated data).
     tiny: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.ranges:
+            warnings.warn(
+                f"modality {self.name!r}: Modality(ranges=...) is deprecated; declare each range at its field, "
+                "e.g. `patch_size: Annotated[int, AT_LEAST_1] = 7` (poslab.ranges)",
+                DeprecationWarning,
+                stacklevel=3,
+            )
 
     def task_class(self, task_name: str) -> type:
         if task_name not in self.tasks:

@@ -13,91 +13,16 @@ OmegaConf rejects an unknown key or a wrong type with the key's full name.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, make_dataclass
-from typing import Any, Literal, Optional, Union
+from typing import Annotated, Any, Literal, Optional, Union
 
 from omegaconf import MISSING
 
 from poslab.options import option_fields
+from poslab.ranges import AT_LEAST_0, AT_LEAST_1, FRACTION, POSITIVE, SEED, Range  # noqa: F401  (re-exported)
 
 Number = Union[int, float]
 
 
-@dataclass(frozen=True)
-class Range:
-    """The values a numeric key may take (``None``: unbounded on that side)."""
-
-    low: float | None = None
-    high: float | None = None
-    low_open: bool = False
-    high_open: bool = False
-    also: tuple[float, ...] = ()  # values allowed outside the interval (-1: Lightning's "no limit")
-
-    def holds(self, value: float) -> bool:
-        if value in self.also:
-            return True
-        if self.low is not None and (value < self.low or (self.low_open and value == self.low)):
-            return False
-        return self.high is None or not (value > self.high or (self.high_open and value == self.high))
-
-    def describe(self) -> str:
-        def show(x: float) -> str:
-            return f"{int(x):,}" if float(x).is_integer() else f"{x:g}"
-
-        if self.high is None:
-            text = f"{'>' if self.low_open else '>='} {show(self.low)}"
-        elif self.low is None:
-            text = f"{'<' if self.high_open else '<='} {show(self.high)}"
-        else:
-            text = (
-                f"in {'(' if self.low_open else '['}{show(self.low)}, {show(self.high)}{')' if self.high_open else ']'}"
-            )
-        return text + "".join(f" or {show(x)}" for x in self.also)
-
-
-AT_LEAST_1, AT_LEAST_0, POSITIVE = Range(1), Range(0), Range(0, low_open=True)
-FRACTION = Range(0, 1, high_open=True)  # [0, 1)
-
-#: Value ranges by dotted key (a list is checked item by item; keys a modality lacks are skipped; null
-#: passes where the type allows it). Checked before anything is written, as the types are.
-RANGES: dict[str, Range] = {
-    "seed": Range(0, 2**32 - 1),  # what NumPy's seeding accepts
-    "compare_seeds": AT_LEAST_1,
-    "run.checkpoint_every_n_steps": AT_LEAST_1,
-    # Upper bounds far past what this template trains, below what fails slowly: a model of 10^9 layers would
-    # be built one small block at a time until the machine runs out of memory (one huge tensor fails at once).
-    "model.dim": Range(1, 2**16),
-    "model.depth": Range(1, 1024),
-    "model.num_heads": Range(1, 1024),
-    "model.mlp_ratio": Range(0, 64, low_open=True),
-    "model.dropout": FRACTION,
-    "optim.lr": POSITIVE,
-    "optim.weight_decay": AT_LEAST_0,
-    "optim.betas": FRACTION,
-    "optim.warmup_fraction": FRACTION,
-    "optim.momentum": AT_LEAST_0,  # SGD's, RMSprop's (an option of the optimiser optim.name picks)
-    "optim.eps": AT_LEAST_0,
-    "trainer.num_nodes": AT_LEAST_1,
-    "trainer.max_epochs": Range(1, also=(-1,)),  # -1: no limit; 0 would test an untrained model
-    "trainer.max_steps": Range(1, also=(-1,)),
-    "trainer.limit_train_batches": POSITIVE,
-    "trainer.limit_val_batches": AT_LEAST_0,
-    "trainer.limit_test_batches": POSITIVE,
-    "trainer.check_val_every_n_epoch": AT_LEAST_1,
-    "trainer.val_check_interval": POSITIVE,
-    "trainer.log_every_n_steps": AT_LEAST_1,
-    "trainer.gradient_clip_val": AT_LEAST_0,
-    "trainer.num_sanity_val_steps": Range(-1),
-    "trainer.accumulate_grad_batches": AT_LEAST_1,
-    "trainer.fast_dev_run": AT_LEAST_0,  # true or a number of batches
-    "trainer.min_epochs": AT_LEAST_0,
-    "trainer.min_steps": AT_LEAST_0,
-    "trainer.overfit_batches": AT_LEAST_0,
-    "trainer.limit_predict_batches": AT_LEAST_0,
-    "trainer.reload_dataloaders_every_n_epochs": AT_LEAST_0,
-    "data.batch_size": AT_LEAST_1,
-    "data.eval_batch_size": AT_LEAST_1,
-    "data.num_workers": AT_LEAST_0,
-}
 #: A run name is one path component of at most this many characters.
 RUN_NAME_MAX = 120
 
@@ -106,7 +31,7 @@ RUN_NAME_MAX = 120
 class RunConfig:
     root: str = MISSING
     name: Optional[str] = MISSING
-    checkpoint_every_n_steps: Optional[int] = None
+    checkpoint_every_n_steps: Annotated[Optional[int], AT_LEAST_1] = None
 
 
 #: Nodes typed by a signature and kept sparse: a config holds the keys it sets, checked against the schema
@@ -205,11 +130,11 @@ def root_schema(parts: Any, encoder: type) -> type:
             ("modality", str, MISSING),
             ("positions", list[str], field(default_factory=list)),  # set by the modality's YAML
             ("experiment", Optional[str], MISSING),
-            ("seed", int, MISSING),
+            ("seed", Annotated[int, SEED], MISSING),
             ("expect", list[str], field(default_factory=list)),
             ("compare_encoders", list[str], field(default_factory=list)),
             ("compare_experiment", Optional[str], None),
-            ("compare_seeds", int, MISSING),
+            ("compare_seeds", Annotated[int, AT_LEAST_1], MISSING),
             ("compare_variants", dict[str, list[str]], field(default_factory=dict)),
             ("variant", Optional[str], None),
             ("resume", Optional[str], None),

@@ -19,6 +19,7 @@ from typing import Any, Union
 from omegaconf import MISSING
 
 from poslab.options import SCALARS, config_type, keyword_options, literal_choices, plain_default
+from poslab.ranges import AT_LEAST_0, AT_LEAST_1, POSITIVE, Range, with_ranges
 
 #: ``lightning.Trainer`` arguments poslab builds itself, and where a run configures them instead.
 TRAINER_OWNED = {
@@ -31,6 +32,28 @@ TRAINER_OWNED = {
 }
 #: Where poslab's default differs from Lightning's (``build_trainer`` passes these unless a config sets them).
 TRAINER_DEFAULTS = {"enable_model_summary": False}  # a run prints its own one-line summary (num_params)
+
+#: Ranges of the arguments (Lightning's signature carries none); -1 is Lightning's "no limit".
+RANGES = {
+    "num_nodes": AT_LEAST_1,
+    "max_epochs": Range(1, also=(-1,)),  # 0 would test an untrained model
+    "max_steps": Range(1, also=(-1,)),
+    "min_epochs": AT_LEAST_0,
+    "min_steps": AT_LEAST_0,
+    "limit_train_batches": POSITIVE,
+    "limit_val_batches": AT_LEAST_0,
+    "limit_test_batches": POSITIVE,
+    "limit_predict_batches": AT_LEAST_0,
+    "overfit_batches": AT_LEAST_0,
+    "check_val_every_n_epoch": AT_LEAST_1,
+    "val_check_interval": POSITIVE,
+    "log_every_n_steps": AT_LEAST_1,
+    "gradient_clip_val": AT_LEAST_0,
+    "num_sanity_val_steps": Range(-1),
+    "accumulate_grad_batches": AT_LEAST_1,
+    "fast_dev_run": AT_LEAST_0,  # true or a number of batches
+    "reload_dataloaders_every_n_epochs": AT_LEAST_0,
+}
 
 TABLE = Path(__file__).with_name("trainer_arguments.py")
 
@@ -66,7 +89,7 @@ def trainer_schema() -> type:
     fields_: list = [("name", str, field(default=MISSING))]
     choices = {}
     for key, held, default, listed in arguments():
-        fields_.append((key, held, field(default=TRAINER_DEFAULTS.get(key, default))))
+        fields_.append((key, with_ranges(held, key, RANGES), field(default=TRAINER_DEFAULTS.get(key, default))))
         if listed:
             choices[key] = listed
     schema = make_dataclass("TrainerConfig", fields_)

@@ -203,7 +203,7 @@ def test_videorope_options_are_checked():
     assert "\n" not in str(info.value)
     with pytest.raises(ConfigError, match="grid_size must be"):
         build_encoder("videorope", dim=32, num_heads=2, grid_size=(4,))
-    with pytest.raises(ConfigError, match="temporal_spacing must be positive"):
+    with pytest.raises(ConfigError, match=r"videorope: temporal_spacing must be > 0, got 0.0"):
         build_encoder("videorope", dim=32, num_heads=2, temporal_spacing=0.0)
 
 

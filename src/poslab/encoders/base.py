@@ -30,7 +30,7 @@ that field, so ``enc.encode_input(x, torch.arange(L))`` works in a notebook.
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import torch
 from torch import nn
@@ -39,6 +39,7 @@ from poslab.config_files import modality_positions
 from poslab.errors import ConfigError
 from poslab.offsets import offset_bias
 from poslab.positions import Positions, steps_start
+from poslab.ranges import checked_init
 
 HOOKS = ("encode_input", "rotate", "attention_bias", "relative_bias", "content_bias")
 #: Overriding any of these is using the ``rotate`` hook.
@@ -65,6 +66,13 @@ class PositionEncoder(nn.Module):
     context_extensions: ClassVar[tuple[str, ...]] = ()
     #: Extensions driven by the current length rather than a factor (see the class docstring).
     length_driven_extensions: ClassVar[tuple[str, ...]] = ()
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """Every encoder's constructor checks the ranges its options declare (``Annotated[int, AT_LEAST_1]``),
+        so an encoder built in code refuses what its config would."""
+        super().__init_subclass__(**kwargs)
+        if "__init__" in cls.__dict__:
+            cls.__init__ = checked_init(cls.__dict__["__init__"])
 
     def __init__(self, dim: int, num_heads: int) -> None:
         super().__init__()

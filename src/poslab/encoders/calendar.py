@@ -25,6 +25,7 @@ from poslab.encoders.base import PositionEncoder
 from poslab.encoders.registry import register_encoder
 from poslab.encoders.sinusoidal import sinusoidal_table
 from poslab.errors import ConfigError
+from poslab.ranges import OptionalCount
 from poslab.timestamps import calendar_fields
 
 TABLES = {"month": 13, "day": 32, "weekday": 7, "hour": 24, "minute": 4}
@@ -41,7 +42,7 @@ class Calendar(PositionEncoder):
         embedding: Literal["fixed", "learned"] = "learned",  # learned | fixed (sinusoidal rows, TSLib FixedEmbedding)
         fields: list[str]
         | None = None,  # None: month, day, weekday, hour (+ minute below hourly); e.g. [weekday, hour]
-        step_seconds: int | None = None,  # None: the data's sampling step (adds the minute table below one hour)
+        step_seconds: OptionalCount = None,  # None: the data's sampling step (adds the minute table below one hour)
     ) -> None:
         super().__init__(dim, num_heads)
         self.embedding = embedding

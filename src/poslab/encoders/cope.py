@@ -19,12 +19,14 @@ gates between i and j on either side, the symmetric reading of eq. 3.
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import torch
 from torch import nn
 
 from poslab.encoders.base import PositionEncoder
 from poslab.encoders.registry import register_encoder
-from poslab.errors import ConfigError
+from poslab.ranges import Range
 
 
 @register_encoder("cope")
@@ -32,10 +34,8 @@ class CoPE(PositionEncoder):
     reads = None  # positions come from the content, not from the data
 
     # npos_max: P: contextual positions are clamped at P - 1 (the table has P entries per channel)
-    def __init__(self, dim: int, num_heads: int, npos_max: int = 64) -> None:
+    def __init__(self, dim: int, num_heads: int, npos_max: Annotated[int, Range(2)] = 64) -> None:
         super().__init__(dim, num_heads)
-        if npos_max < 2:
-            raise ConfigError(f"cope: npos_max={npos_max} must be at least 2")
         self.npos_max = npos_max
         self.pos_emb = nn.Parameter(torch.zeros(self.head_dim, npos_max))
 

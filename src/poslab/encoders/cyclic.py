@@ -19,6 +19,7 @@ from torch import nn
 from poslab.encoders.base import PositionEncoder
 from poslab.encoders.registry import register_encoder
 from poslab.errors import ConfigError
+from poslab.ranges import Count
 from poslab.timestamps import PERIODS
 
 
@@ -38,7 +39,7 @@ def cyclic_features(times: torch.Tensor, periods: list[int], harmonics: int) -> 
 class Cyclic(PositionEncoder):
     reads = "times"
 
-    def __init__(self, dim: int, num_heads: int, periods: list[str] | None = None, harmonics: int = 2) -> None:
+    def __init__(self, dim: int, num_heads: int, periods: list[str] | None = None, harmonics: Count = 2) -> None:
         super().__init__(dim, num_heads)
         names = list(periods or ["day", "week"])
         unknown = [p for p in names if p not in PERIODS]

@@ -29,6 +29,7 @@ from torch.utils.checkpoint import checkpoint
 
 from poslab.encoders.base import PositionEncoder
 from poslab.encoders.registry import register_encoder
+from poslab.ranges import Count, Positive
 
 #: Elements of the MLP's hidden layer (query rows x keys x ``mlp_width``) per chunk of query rows: one chunk's
 #: exists at a time, and the backward recomputes it (``torch.utils.checkpoint``) rather than keeping every
@@ -46,10 +47,10 @@ class Fire(PositionEncoder):
         self,
         dim: int,
         num_heads: int,
-        mlp_width: int = 32,
-        init_c: float = 0.1,  # c starts here (learned)
-        threshold: float = 512.0,  # L = |learned scale (from 1) x this|
-        eps: float = 1e-6,
+        mlp_width: Count = 32,
+        init_c: Positive = 0.1,  # c starts here (learned)
+        threshold: Positive = 512.0,  # L = |learned scale (from 1) x this|
+        eps: Positive = 1e-6,
     ) -> None:
         super().__init__(dim, num_heads)
         if mlp_width < 1 or threshold <= 0 or eps <= 0:

@@ -23,6 +23,7 @@ from torch import nn
 
 from poslab.encoders.base import PositionEncoder
 from poslab.encoders.registry import register_encoder
+from poslab.ranges import Positive
 
 
 @register_encoder("kerple")
@@ -31,7 +32,9 @@ class Kerple(PositionEncoder):
 
     # eps: r1, r2 are held at least this (the reference's clamp)
     # variant: log (the paper's best) | power
-    def __init__(self, dim: int, num_heads: int, variant: Literal["log", "power"] = "log", eps: float = 0.01) -> None:
+    def __init__(
+        self, dim: int, num_heads: int, variant: Literal["log", "power"] = "log", eps: Positive = 0.01
+    ) -> None:
         super().__init__(dim, num_heads)
         if eps <= 0:
             raise ValueError(f"kerple needs eps > 0, got {eps}")

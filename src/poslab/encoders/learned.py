@@ -15,6 +15,7 @@ from poslab.encoders.base import PositionEncoder
 from poslab.encoders.registry import register_encoder
 from poslab.errors import PoslabError
 from poslab.positions import readable, steps_end
+from poslab.ranges import NonNegative, OptionalCount
 
 
 class PositionOutOfRange(PoslabError):
@@ -26,7 +27,7 @@ class Learned(PositionEncoder):
     reads = "steps"
 
     # max_len: None: the training context (or data.random_positions when set)
-    def __init__(self, dim: int, num_heads: int, max_len: int | None = None, init_std: float = 0.02) -> None:
+    def __init__(self, dim: int, num_heads: int, max_len: OptionalCount = None, init_std: NonNegative = 0.02) -> None:
         super().__init__(dim, num_heads)
         if max_len is None:
             raise PoslabError("learned needs encoder.max_len (the longest position it will see)")

@@ -23,6 +23,7 @@ from poslab.encoders.grid import sample_grid_table, split_coords
 from poslab.encoders.registry import register_encoder
 from poslab.errors import PoslabError
 from poslab.positions import Positions, readable
+from poslab.ranges import NonNegative, OptionalGrid
 
 
 @register_encoder("learned2d")
@@ -33,8 +34,8 @@ class Learned2D(PositionEncoder):
         self,
         dim: int,
         num_heads: int,
-        grid_size: tuple[int, int] | None = None,  # None: the training patch grid
-        init_std: float = 0.02,
+        grid_size: OptionalGrid = None,  # None: the training patch grid
+        init_std: NonNegative = 0.02,
     ) -> None:
         super().__init__(dim, num_heads)
         if grid_size is None:

@@ -22,6 +22,7 @@ from poslab.encoders.grid import sample_grid_table, split_coords3d
 from poslab.encoders.registry import register_encoder
 from poslab.errors import PoslabError
 from poslab.positions import Positions, readable
+from poslab.ranges import NonNegative, OptionalCount, OptionalGrid
 
 
 def sample_time_table(table: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
@@ -48,9 +49,9 @@ class Learned3D(PositionEncoder):
         self,
         dim: int,
         num_heads: int,
-        grid_size: tuple[int, int] | None = None,  # None: the training patch grid
-        frames: int | None = None,  # None: the training clip's frame count (temporal patches)
-        init_std: float = 0.02,
+        grid_size: OptionalGrid = None,  # None: the training patch grid
+        frames: OptionalCount = None,  # None: the training clip's frame count (temporal patches)
+        init_std: NonNegative = 0.02,
     ) -> None:
         super().__init__(dim, num_heads)
         if grid_size is None:

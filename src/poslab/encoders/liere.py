@@ -30,6 +30,7 @@ from poslab.encoders.base import PositionEncoder
 from poslab.encoders.registry import register_encoder
 from poslab.errors import ConfigError
 from poslab.precision import full_precision
+from poslab.ranges import OptionalCount, OptionalGrid
 
 
 @register_encoder("liere")
@@ -41,9 +42,9 @@ class LieRE(PositionEncoder):
         self,
         dim: int,
         num_heads: int,
-        block_size: int | None = None,  # None: head_dim (dense generators, the reference); a divisor: block-diagonal
+        block_size: OptionalCount = None,  # None: head_dim (dense generators, the reference); a divisor: block-diagonal
         per_head: bool = True,  # one set of generators per head (false: shared, as the reference's listing)
-        grid_size: tuple[int, int] | None = None,  # None: the training patch grid; positions are divided by it
+        grid_size: OptionalGrid = None,  # None: the training patch grid; positions are divided by it
     ) -> None:
         super().__init__(dim, num_heads)
         self.block_size = block_size or self.head_dim
@@ -96,10 +97,10 @@ class LieRE3D(LieRE):
         self,
         dim: int,
         num_heads: int,
-        block_size: int | None = None,  # None: head_dim (dense generators); a divisor: block-diagonal
+        block_size: OptionalCount = None,  # None: head_dim (dense generators); a divisor: block-diagonal
         per_head: bool = True,  # one set of generators per head
-        grid_size: tuple[int, int] | None = None,  # None: the training patch grid
-        frames: int | None = None,  # None: the training clip's frame count; positions are divided by grid and frames
+        grid_size: OptionalGrid = None,  # None: the training patch grid
+        frames: OptionalCount = None,  # None: the training clip's frame count; positions are divided by grid and frames
     ) -> None:
         self._frames = frames
         super().__init__(dim, num_heads, block_size=block_size, per_head=per_head, grid_size=grid_size)

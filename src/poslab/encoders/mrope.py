@@ -29,6 +29,7 @@ from poslab.encoders.grid import split_coords3d
 from poslab.encoders.registry import register_encoder
 from poslab.encoders.rotary import LAYOUTS, LastInputCache, Layout, rotate_cached
 from poslab.errors import ConfigError
+from poslab.ranges import Base
 
 #: Axis numbers of a ``coords3d`` row: (t, row, col).
 TIME, ROW, COL = 0, 1, 2
@@ -95,7 +96,7 @@ class MRoPE(AxisRoPE3D):
         self,
         dim: int,
         num_heads: int,
-        base: float = 10000.0,
+        base: Base = 10000.0,
         # [t, h, w] pairs summing to head_dim/2; None: h = w = floor(3/8 of them), t the rest ([16, 24, 24] at 128)
         sections: list[int] | None = None,
         layout: Layout = "half",  # half (HF rotate_half, as the reference) | interleaved

@@ -14,6 +14,7 @@ from torch import nn
 
 from poslab.encoders.base import PositionEncoder
 from poslab.encoders.registry import register_encoder
+from poslab.ranges import Count
 
 
 @register_encoder("relative")
@@ -21,7 +22,7 @@ class ClippedRelative(PositionEncoder):
     reads = "steps"
 
     # max_distance: k: offsets beyond +-k share the edge value
-    def __init__(self, dim: int, num_heads: int, max_distance: int = 32) -> None:
+    def __init__(self, dim: int, num_heads: int, max_distance: Count = 32) -> None:
         super().__init__(dim, num_heads)
         self.max_distance = max_distance
         self.bias = nn.Embedding(2 * max_distance + 1, num_heads)

@@ -17,7 +17,7 @@ from poslab.encoders.none import NoPosition
 from poslab.encoders.registry import register_encoder
 from poslab.encoders.rope import RoPE
 from poslab.encoders.rotary import Layout
-from poslab.errors import ConfigError
+from poslab.ranges import Base, Count, OptionalCount
 
 
 @register_encoder("rnope")
@@ -28,14 +28,12 @@ class RNoPE(RoPE):
         self,
         dim: int,
         num_heads: int,
-        base: float = 10000.0,
+        base: Base = 10000.0,
         layout: Layout = "half",  # half | interleaved, as rope
-        max_len: int | None = None,  # None: the training context (the RoPE extensions extend from it)
-        nope_every: int = 4,  # layers 3, 7, ... (counting from 0) attend without position
+        max_len: OptionalCount = None,  # None: the training context (the RoPE extensions extend from it)
+        nope_every: Count = 4,  # layers 3, 7, ... (counting from 0) attend without position
     ) -> None:
         super().__init__(dim, num_heads, base=base, layout=layout, max_len=max_len)
-        if nope_every < 1:
-            raise ConfigError(f"rnope: nope_every={nope_every} must be at least 1")
         self.nope_every = nope_every
         self.nope = NoPosition(dim, num_heads)
 

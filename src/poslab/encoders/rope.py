@@ -37,6 +37,7 @@ from poslab.encoders.rope_scaling import RopeScaling, scaled_frequencies
 from poslab.encoders.rotary import LastInputCache, Layout, apply_cos_sin, rotation_angles
 from poslab.errors import ConfigError
 from poslab.positions import steps_end
+from poslab.ranges import Base, OptionalCount, PartOf1, ZeroToOne
 
 
 @register_encoder("rope")
@@ -49,16 +50,14 @@ class RoPE(PositionEncoder):
         self,
         dim: int,
         num_heads: int,
-        base: float = 10000.0,
+        base: Base = 10000.0,
         layout: Layout = "half",  # half (GPT-NeoX / HF rotate_half) | interleaved (original / GPT-J / Meta)
-        rotary_fraction: float = 1.0,  # rotate this fraction of each head's channels (GPT-NeoX partial rotary: 0.25)
+        rotary_fraction: PartOf1 = 1.0,  # rotate this fraction of each head's channels (GPT-NeoX partial rotary: 0.25)
         scaling: RopeScaling | None = None,  # e.g. {type: yarn, factor: 4}; types: none linear ntk dynamic yarn
-        max_len: int | None = None,  # None: the training context (the length scalings extend from)
-        frequency_fraction: float = 1.0,  # p-RoPE: keep the highest fraction p of the frequencies, zero the rest
+        max_len: OptionalCount = None,  # None: the training context (the length scalings extend from)
+        frequency_fraction: ZeroToOne = 1.0,  # p-RoPE: keep the highest fraction p of the frequencies, zero the rest
     ) -> None:
         super().__init__(dim, num_heads)
-        if not 0.0 <= frequency_fraction <= 1.0:
-            raise ConfigError(f"rope: frequency_fraction={frequency_fraction} is not in [0, 1]")
         self.frequency_fraction = frequency_fraction
         self.rot_dim = 2 * int(self.head_dim * rotary_fraction / 2)
         if not 0 < self.rot_dim <= self.head_dim:

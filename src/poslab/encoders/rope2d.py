@@ -16,6 +16,7 @@ from poslab.encoders.grid import split_coords
 from poslab.encoders.registry import register_encoder
 from poslab.encoders.rotary import LastInputCache, Layout, rotate_cached, rotation_angles
 from poslab.errors import ConfigError
+from poslab.ranges import Base
 
 
 @register_encoder("rope2d")
@@ -24,7 +25,7 @@ class AxialRoPE2D(PositionEncoder):
 
     # layout: interleaved (adjacent pairs) | half (rotate_half)
     # base: rope-vit's theta for axial frequencies
-    def __init__(self, dim: int, num_heads: int, base: float = 100.0, layout: Layout = "interleaved") -> None:
+    def __init__(self, dim: int, num_heads: int, base: Base = 100.0, layout: Layout = "interleaved") -> None:
         super().__init__(dim, num_heads)
         if self.head_dim % 4:
             raise ConfigError(f"rope2d needs a head dim divisible by 4, got {self.head_dim}")

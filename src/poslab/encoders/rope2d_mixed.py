@@ -24,6 +24,7 @@ from poslab.encoders.grid import split_coords
 from poslab.encoders.registry import register_encoder
 from poslab.encoders.rotary import Layout, apply_rotary
 from poslab.errors import ConfigError
+from poslab.ranges import Base
 
 
 def init_mixed_frequencies(head_dim: int, num_heads: int, base: float) -> torch.Tensor:
@@ -41,7 +42,7 @@ class MixedRoPE2D(PositionEncoder):
     reads = "coords"
 
     # base: rope-vit's theta for the mixed initialisation
-    def __init__(self, dim: int, num_heads: int, base: float = 10.0, layout: Layout = "interleaved") -> None:
+    def __init__(self, dim: int, num_heads: int, base: Base = 10.0, layout: Layout = "interleaved") -> None:
         super().__init__(dim, num_heads)
         if self.head_dim % 4:
             raise ConfigError(f"rope2d_mixed needs a head dim divisible by 4, got {self.head_dim}")

@@ -19,6 +19,7 @@ from poslab.encoders.grid import split_coords3d
 from poslab.encoders.registry import register_encoder
 from poslab.encoders.rotary import LAYOUTS, LastInputCache, Layout, rotate_cached, rotation_angles
 from poslab.errors import ConfigError
+from poslab.ranges import Base
 
 
 def default_sections(pairs: int) -> tuple[int, int, int]:
@@ -35,7 +36,7 @@ class AxialRoPE3D(PositionEncoder):
         self,
         dim: int,
         num_heads: int,
-        base: float = 100.0,  # rope-vit's theta for axial frequencies
+        base: Base = 100.0,  # rope-vit's theta for axial frequencies
         layout: Layout = "interleaved",  # interleaved (adjacent pairs) | half (rotate_half)
         # [t, row, col] pair counts summing to head_dim/2; None: even split, remainder to t
         sections: list[int] | None = None,

@@ -14,13 +14,14 @@ from poslab.encoders.base import PositionEncoder
 from poslab.encoders.grid import sincos_1d, split_coords
 from poslab.encoders.registry import register_encoder
 from poslab.errors import ConfigError
+from poslab.ranges import Base
 
 
 @register_encoder("sincos2d")
 class SinCos2D(PositionEncoder):
     reads = "coords"
 
-    def __init__(self, dim: int, num_heads: int, temperature: float = 10000.0) -> None:
+    def __init__(self, dim: int, num_heads: int, temperature: Base = 10000.0) -> None:
         super().__init__(dim, num_heads)
         if dim % 4:
             raise ConfigError(f"sincos2d needs model.dim divisible by 4, got {dim}")

@@ -18,13 +18,14 @@ from poslab.encoders.base import PositionEncoder
 from poslab.encoders.grid import sincos_1d, split_coords3d
 from poslab.encoders.registry import register_encoder
 from poslab.errors import ConfigError
+from poslab.ranges import Base
 
 
 @register_encoder("sincos3d")
 class SinCos3D(PositionEncoder):
     reads = "coords3d"
 
-    def __init__(self, dim: int, num_heads: int, temperature: float = 10000.0) -> None:
+    def __init__(self, dim: int, num_heads: int, temperature: Base = 10000.0) -> None:
         super().__init__(dim, num_heads)
         if dim % 16:
             # D/4 for time and 3D/8 per spatial axis must each be even (a sin and a cos per frequency).

@@ -15,6 +15,7 @@ from poslab.encoders.base import PositionEncoder
 from poslab.encoders.registry import register_encoder
 from poslab.encoders.rotary import rotation_angles
 from poslab.errors import ConfigError
+from poslab.ranges import Base
 
 
 def sinusoidal_table(pos: torch.Tensor, dim: int, base: float = 10000.0) -> torch.Tensor:
@@ -29,7 +30,7 @@ def sinusoidal_table(pos: torch.Tensor, dim: int, base: float = 10000.0) -> torc
 class Sinusoidal(PositionEncoder):
     reads = "steps"
 
-    def __init__(self, dim: int, num_heads: int, base: float = 10000.0) -> None:
+    def __init__(self, dim: int, num_heads: int, base: Base = 10000.0) -> None:
         super().__init__(dim, num_heads)
         if dim % 2:
             raise ConfigError(f"sinusoidal needs an even model.dim, got {dim}")

@@ -14,12 +14,14 @@ added after SDPA's scaling, and being learned, it absorbs the difference.
 from __future__ import annotations
 
 import math
+from typing import Annotated
 
 import torch
 from torch import nn
 
 from poslab.encoders.base import PositionEncoder
 from poslab.encoders.registry import register_encoder
+from poslab.ranges import Count, Range
 
 
 def t5_buckets(relative: torch.Tensor, bidirectional: bool, num_buckets: int, max_distance: int) -> torch.Tensor:
@@ -54,8 +56,8 @@ class T5Bias(PositionEncoder):
         self,
         dim: int,
         num_heads: int,
-        num_buckets: int = 32,
-        max_distance: int = 128,
+        num_buckets: Annotated[int, Range(2)] = 32,
+        max_distance: Count = 128,
         # None: follow the model (causal text: false = look back only; time series: true = both ways)
         bidirectional: bool | None = None,
     ) -> None:

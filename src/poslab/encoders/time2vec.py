@@ -17,6 +17,7 @@ from torch import nn
 
 from poslab.encoders.base import PositionEncoder
 from poslab.encoders.registry import register_encoder
+from poslab.ranges import Count
 
 EPOCH_2000 = 946_684_800  # 2000-01-01T00:00:00Z in Unix seconds
 DAY = 86_400
@@ -26,7 +27,7 @@ DAY = 86_400
 class Time2Vec(PositionEncoder):
     reads = "times"
 
-    def __init__(self, dim: int, num_heads: int, k: int = 16) -> None:
+    def __init__(self, dim: int, num_heads: int, k: Count = 16) -> None:
         super().__init__(dim, num_heads)
         self.k = k
         periods = torch.logspace(math.log10(0.5), math.log10(365.25), k)

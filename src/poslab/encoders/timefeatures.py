@@ -12,6 +12,7 @@ from torch import nn
 
 from poslab.encoders.base import PositionEncoder
 from poslab.encoders.registry import register_encoder
+from poslab.ranges import OptionalCount
 from poslab.timestamps import feature_count, time_features
 
 
@@ -20,7 +21,7 @@ class TimeFeatures(PositionEncoder):
     reads = "times"
 
     # step_seconds: None: the data's sampling step (adds minute of hour below one hour)
-    def __init__(self, dim: int, num_heads: int, step_seconds: int | None = None) -> None:
+    def __init__(self, dim: int, num_heads: int, step_seconds: OptionalCount = None) -> None:
         super().__init__(dim, num_heads)
         self.step_seconds = step_seconds or 3600
         self.proj = nn.Linear(feature_count(self.step_seconds), dim, bias=False)

@@ -33,6 +33,7 @@ from poslab.encoders.mrope import COL, ROW, TIME, AxisRoPE3D, qwen2vl_sections
 from poslab.encoders.registry import register_encoder
 from poslab.encoders.rotary import Layout
 from poslab.errors import ConfigError
+from poslab.ranges import Base, OptionalCount, OptionalGrid, Positive
 
 
 @register_encoder("videorope")
@@ -41,11 +42,11 @@ class VideoRoPE(AxisRoPE3D):
         self,
         dim: int,
         num_heads: int,
-        base: float = 10000.0,
-        temporal_spacing: float = 2.0,  # delta: frame t sits at delta*t on the diagonal (the reference's scale_factor)
-        temporal_pairs: int | None = None,  # lowest-frequency pairs for time; None: the reference's share (16 of 64)
+        base: Base = 10000.0,
+        temporal_spacing: Positive = 2.0,  # delta: frame t sits at delta*t on the diagonal (reference: scale_factor)
+        temporal_pairs: OptionalCount = None,  # lowest-frequency pairs for time; None: the reference's share (16 of 64)
         # None: the data's training (rows, cols), if any (else no centring); frames centred at (H-1)//2, (W-1)//2
-        grid_size: tuple[int, int] | None = None,
+        grid_size: OptionalGrid = None,
         layout: Layout = "half",  # half (HF rotate_half, as the reference) | interleaved
     ) -> None:
         super().__init__(dim, num_heads, base, layout)
@@ -57,8 +58,6 @@ class VideoRoPE(AxisRoPE3D):
                 f"videorope needs 1 <= temporal_pairs <= head_dim/2 - 2 = {self.pairs - 2} (one pair each for time, "
                 f"row and col), got temporal_pairs={temporal_pairs} at head dim {self.head_dim}"
             )
-        if not temporal_spacing > 0:
-            raise ConfigError(f"videorope.temporal_spacing must be positive, got {temporal_spacing}")
         self.temporal_pairs = temporal_pairs
         self.temporal_spacing = float(temporal_spacing)
         self.grid_size = self._rows_cols(grid_size)

@@ -21,7 +21,7 @@ import torch
 from poslab.encoders.registry import register_encoder
 from poslab.encoders.rope import RoPE
 from poslab.encoders.rotary import LastInputCache, Layout
-from poslab.errors import ConfigError
+from poslab.ranges import Base, Positive
 
 
 @register_encoder("xpos")
@@ -34,14 +34,12 @@ class XPos(RoPE):
         self,
         dim: int,
         num_heads: int,
-        base: float = 10000.0,
+        base: Base = 10000.0,
         layout: Layout = "interleaved",  # the reference's adjacent pairs | half
-        scale_base: float = 512.0,  # B: the score scales by ζ_i^((n−m)/B)
-        gamma: float = 0.4,  # γ: ζ_i = (i/(d/2) + γ) / (1 + γ)
+        scale_base: Positive = 512.0,  # B: the score scales by ζ_i^((n−m)/B)
+        gamma: Positive = 0.4,  # γ: ζ_i = (i/(d/2) + γ) / (1 + γ)
     ) -> None:
         super().__init__(dim, num_heads, base=base, layout=layout)
-        if scale_base <= 0 or gamma <= 0:
-            raise ConfigError(f"xpos: scale_base={scale_base} and gamma={gamma} must be positive")
         self.scale_base, self.gamma = scale_base, gamma
         pairs = self.rot_dim // 2
         zeta = (torch.arange(pairs, dtype=torch.float64) / pairs + gamma) / (1 + gamma)

@@ -10,7 +10,6 @@ study), ``report.py`` (its report tables and figures), ``show.py`` (what
 
 from poslab.modalities import Modality, register_modality
 from poslab.modalities.text.schema import (
-    RANGES,
     LMTaskConfig,
     TextDataConfig,
     TextEvalConfig,
@@ -26,7 +25,6 @@ MODALITY = register_modality(
         data=TextDataConfig,
         model=TextModelConfig,
         eval=TextEvalConfig,
-        ranges=RANGES,
         check=check_text,
         tasks={
             "lm": "poslab.modalities.text.task:LanguageModel",

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import torch
 from torch import nn
 
 from poslab.encoders.base import PositionEncoder
 from poslab.nn.backbone import Transformer
 from poslab.positions import Positions
+from poslab.ranges import POSITIVE, Depth, Dropout, Heads, MlpRatio, Width
 
 
 class CausalLM(nn.Module):
@@ -32,12 +35,12 @@ class CausalLM(nn.Module):
         encoder: PositionEncoder,
         *,
         vocab_size: int,
-        dim: int,
-        depth: int,
-        num_heads: int,
-        mlp_ratio: float = 4.0,
-        dropout: float = 0.0,
-        embed_std: float = 0.02,
+        dim: Width,
+        depth: Depth,
+        num_heads: Heads,
+        mlp_ratio: MlpRatio = 4.0,
+        dropout: Dropout = 0.0,
+        embed_std: Annotated[float, POSITIVE] = 0.02,
     ) -> None:
         super().__init__()
         self.embed = nn.Embedding(vocab_size, dim)

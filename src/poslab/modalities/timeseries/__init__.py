@@ -10,7 +10,6 @@ config keys). Config: ``configs/modality/timeseries.yaml``.
 
 from poslab.modalities import Modality, register_modality
 from poslab.modalities.timeseries.schema import (
-    RANGES,
     ForecasterConfig,
     ForecastTaskConfig,
     TimeseriesDataConfig,
@@ -24,7 +23,6 @@ MODALITY = register_modality(
         data=TimeseriesDataConfig,
         model=ForecasterConfig,
         eval=TimeseriesEvalConfig,
-        ranges=RANGES,
         tasks={"forecast": "poslab.modalities.timeseries.task:ForecastTask"},
         datamodule="poslab.modalities.timeseries.data:TimeSeriesDataModule",
         headline=(

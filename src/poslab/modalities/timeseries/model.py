@@ -26,7 +26,7 @@ al. 2018): the transformer then models what a linear forecaster misses.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Literal
+from typing import Annotated, Literal
 
 import torch
 from torch import nn
@@ -35,6 +35,7 @@ from poslab.encoders.base import PositionEncoder
 from poslab.errors import PoslabError
 from poslab.nn.backbone import Transformer
 from poslab.positions import Positions
+from poslab.ranges import AT_LEAST_1, Depth, Dropout, Heads, MlpRatio, Width
 
 LAYOUTS = ("step", "patch", "query")
 
@@ -72,13 +73,13 @@ class Forecaster(nn.Module):
         layout: Literal["step", "patch", "query"],
         lookback: int,
         horizon: int,
-        dim: int,
-        depth: int,
-        num_heads: int,
-        mlp_ratio: float = 2.0,
-        dropout: float = 0.0,
-        patch_len: int = 16,
-        stride: int = 8,
+        dim: Width,
+        depth: Depth,
+        num_heads: Heads,
+        mlp_ratio: MlpRatio = 2.0,
+        dropout: Dropout = 0.0,
+        patch_len: Annotated[int, AT_LEAST_1] = 16,
+        stride: Annotated[int, AT_LEAST_1] = 8,
         revin: bool = True,
         highway: bool | None = False,
     ) -> None:

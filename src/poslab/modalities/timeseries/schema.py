@@ -3,27 +3,19 @@
 An option is declared once, here (``model.*``: in the forecaster's
 constructor); ``configs/modality/timeseries.yaml`` and experiments set other
 values, and validation and ``poslab train --options`` derive from these
-declarations. Value ranges by dotted key in :data:`RANGES`.
+declarations. Each range is declared at its field (``Annotated[int, AT_LEAST_1]``, :mod:`poslab.ranges`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal, Optional
+from typing import Annotated, Literal, Optional
 
 from poslab.modalities.timeseries.model import Forecaster
 from poslab.modalities.timeseries.sources import SOURCES
 from poslab.options import options_schema
-from poslab.schema import AT_LEAST_0, AT_LEAST_1, FRACTION, EvalConfig, ModelConfig
-
-RANGES = {
-    "model.patch_len": AT_LEAST_1,
-    "model.stride": AT_LEAST_1,
-    "data.lookback": AT_LEAST_1,
-    "data.horizon": AT_LEAST_1,
-    "eval.ridge": AT_LEAST_0,  # a negative penalty is no ridge (and can make the solve singular)
-    "eval.irregular_drop": FRACTION,
-}
+from poslab.ranges import AT_LEAST_0, AT_LEAST_1, FRACTION
+from poslab.schema import EvalConfig, ModelConfig
 
 
 @dataclass
@@ -31,11 +23,11 @@ class TimeseriesDataConfig:
     name: Literal[tuple(SOURCES)] = "taylor"  # type: ignore[valid-type]  # taylor is embedded: no network
     root: str = "data"  # download cache; data.root=../shared/data finds a pre-filled one
     path: Optional[str] = None  # data=csvfile: your CSV (a date column + numeric columns; 70 / 10 / 20 % split)
-    lookback: int = 336  # past steps L (Taylor: one week of half hours)
-    horizon: int = 48  # future steps H (one day)
+    lookback: Annotated[int, AT_LEAST_1] = 336  # past steps L (Taylor: one week of half hours)
+    horizon: Annotated[int, AT_LEAST_1] = 48  # future steps H (one day)
     features: Literal["multivariate", "univariate"] = "multivariate"  # all columns | the target (OT for ETT)
-    batch_size: int = 64
-    eval_batch_size: int = 256
+    batch_size: Annotated[int, AT_LEAST_1] = 64
+    eval_batch_size: Annotated[int, AT_LEAST_1] = 256
     download: bool = True
 
 
@@ -53,5 +45,5 @@ class ForecastTaskConfig:
 class TimeseriesEvalConfig(EvalConfig):
     """Baselines and probes at the end of a forecasting run."""
 
-    ridge: float = 1.0  # the linear baseline's ridge penalty
-    irregular_drop: float = 0.2  # fraction of past steps the irregular-sampling probe drops
+    ridge: Annotated[float, AT_LEAST_0] = 1.0  # the linear baseline's ridge penalty
+    irregular_drop: Annotated[float, FRACTION] = 0.2  # fraction of past steps the irregular-sampling probe drops

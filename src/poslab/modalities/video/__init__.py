@@ -13,7 +13,6 @@ positions), ``model.py`` (the space-time ViT), ``task.py`` (the classifier),
 
 from poslab.modalities import Modality, register_modality
 from poslab.modalities.video.schema import (
-    RANGES,
     VideoDataConfig,
     VideoEvalConfig,
     VideoModelConfig,
@@ -28,7 +27,6 @@ MODALITY = register_modality(
         data=VideoDataConfig,
         model=VideoModelConfig,
         eval=VideoEvalConfig,
-        ranges=RANGES,
         check=check_video,
         tasks={"classification": "poslab.modalities.video.task:VideoClassifier"},
         datamodule="poslab.modalities.video.data:VideoDataModule",

@@ -3,33 +3,18 @@
 An option is declared once, here (``model.*``: in the ViT's constructor);
 ``configs/modality/video.yaml`` and experiments set other values, and
 validation and ``poslab train --options`` derive from these declarations.
-Value ranges by dotted key in :data:`RANGES`.
+Each range is declared at its field (``Annotated[int, AT_LEAST_1]``, :mod:`poslab.ranges`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal, Optional
+from typing import Annotated, Literal, Optional
 
 from poslab.modalities.vision.model import ViT
 from poslab.options import options_schema
-from poslab.schema import AT_LEAST_1, FRACTION, POSITIVE, EvalConfig, ModelConfig, Range
-
-RANGES = {
-    "data.frames": AT_LEAST_1,
-    "data.canvas": AT_LEAST_1,
-    "data.digit_size": AT_LEAST_1,
-    "data.patch_size": AT_LEAST_1,
-    "data.tubelet": AT_LEAST_1,
-    "data.speed": POSITIVE,
-    "data.train_clips": AT_LEAST_1,
-    "data.val_size": AT_LEAST_1,
-    "data.test_size": AT_LEAST_1,
-    "task.label_smoothing": FRACTION,
-    "eval.frames": AT_LEAST_1,
-    "eval.canvases": Range(1),
-    "data.split_seed": Range(0, 2**32 - 1),
-}
+from poslab.ranges import AT_LEAST_0, AT_LEAST_1, FRACTION, POSITIVE, SEED
+from poslab.schema import EvalConfig, ModelConfig
 
 
 @dataclass
@@ -37,20 +22,26 @@ class VideoDataConfig:
     name: Literal["moving_mnist"] = "moving_mnist"  # one embedded MNIST digit moving on a blank canvas
     root: str = "data"  # cache folder of the embedded digits
     label: Literal["direction", "digit"] = "direction"  # 8 classes: the start direction | 10: the digit
-    frames: int = 8
-    canvas: int = 32  # px, square
-    digit_size: int = 16  # px: the 28 px digits are resized
-    speed: float = 8.0  # px per frame along each axis it moves on (= the patch size); it bounces off the walls
-    patch_size: int = 8
-    tubelet: int = 1  # frames per token: 1 = patches of one frame (a larger tubelet sees motion without positions)
+    frames: Annotated[int, AT_LEAST_1] = 8
+    canvas: Annotated[int, AT_LEAST_1] = 32  # px, square
+    digit_size: Annotated[int, AT_LEAST_1] = 16  # px: the 28 px digits are resized
+    speed: Annotated[float, POSITIVE] = (
+        8.0  # px per frame along each axis it moves on (= the patch size); it bounces off the walls
+    )
+    patch_size: Annotated[int, AT_LEAST_1] = 8
+    tubelet: Annotated[int, AT_LEAST_1] = (
+        1  # frames per token: 1 = patches of one frame (a larger tubelet sees motion without positions)
+    )
     coords: Literal["raw", "rescaled"] = "rescaled"  # other clip sizes: rescaled to the training range | raw
-    train_clips: int = 6000  # training clips from 4,000 training digits (some twice, with another motion)
-    val_size: int = 500  # digits held out for validation clips
-    test_size: int = 500
-    split_seed: int = 0
-    batch_size: int = 64
-    eval_batch_size: int = 250
-    num_workers: int = 0
+    train_clips: Annotated[int, AT_LEAST_1] = (
+        6000  # training clips from 4,000 training digits (some twice, with another motion)
+    )
+    val_size: Annotated[int, AT_LEAST_1] = 500  # digits held out for validation clips
+    test_size: Annotated[int, AT_LEAST_1] = 500
+    split_seed: Annotated[int, SEED] = 0
+    batch_size: Annotated[int, AT_LEAST_1] = 64
+    eval_batch_size: Annotated[int, AT_LEAST_1] = 250
+    num_workers: Annotated[int, AT_LEAST_0] = 0
 
 
 #: ``model.*``: the ViT's keyword options (the space-time ViT adds only the data's ``tubelet``).
@@ -60,15 +51,15 @@ VideoModelConfig = options_schema("VideoModelConfig", ViT, ViT.SUPPLIED, bases=(
 @dataclass
 class VideoTaskConfig:
     name: Literal["classification"] = "classification"
-    label_smoothing: float = 0.0  # training loss only
+    label_smoothing: Annotated[float, FRACTION] = 0.0  # training loss only
 
 
 @dataclass
 class VideoEvalConfig(EvalConfig):
     """End-of-run probes: accuracy on longer clips (temporal) and larger canvases (spatial), raw and rescaled."""
 
-    frames: list[int] = field(default_factory=list)  # e.g. [16]
-    canvases: list[int] = field(default_factory=list)  # e.g. [64]
+    frames: Annotated[list[int], AT_LEAST_1] = field(default_factory=list)  # e.g. [16]
+    canvases: Annotated[list[int], AT_LEAST_1] = field(default_factory=list)  # e.g. [64]
 
 
 def check_video(cfg) -> Optional[str]:

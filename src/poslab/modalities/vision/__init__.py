@@ -8,7 +8,6 @@ show`` draws), ``schema.py`` (its config keys). Config: ``configs/modality/visio
 
 from poslab.modalities import Modality, register_modality
 from poslab.modalities.vision.schema import (
-    RANGES,
     ClassificationTaskConfig,
     VisionDataConfig,
     VisionEvalConfig,
@@ -22,7 +21,6 @@ MODALITY = register_modality(
         data=VisionDataConfig,
         model=ViTConfig,
         eval=VisionEvalConfig,
-        ranges=RANGES,
         tasks={"classification": "poslab.modalities.vision.task:ImageClassifier"},
         datamodule="poslab.modalities.vision.data:VisionDataModule",
         headline=("test/acc", "val/acc_best", "test/loss"),

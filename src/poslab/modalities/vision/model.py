@@ -15,6 +15,7 @@ from torch import nn
 from poslab.encoders.base import PositionEncoder
 from poslab.nn.backbone import Transformer
 from poslab.positions import Positions
+from poslab.ranges import Depth, Dropout, Heads, MlpRatio, Width
 
 
 class ViT(nn.Module):
@@ -31,11 +32,11 @@ class ViT(nn.Module):
         in_chans: int,
         num_classes: int,
         patch_size: int,
-        dim: int,
-        depth: int,
-        num_heads: int,
-        mlp_ratio: float = 4.0,
-        dropout: float = 0.0,
+        dim: Width,
+        depth: Depth,
+        num_heads: Heads,
+        mlp_ratio: MlpRatio = 4.0,
+        dropout: Dropout = 0.0,
         pool: Literal["cls", "mean"] = "cls",
     ) -> None:
         super().__init__()

@@ -3,38 +3,26 @@
 An option is declared once, here (``model.*``: in the ViT's constructor);
 ``configs/modality/vision.yaml`` and experiments set other values, and
 validation and ``poslab train --options`` derive from these declarations.
-Value ranges by dotted key in :data:`RANGES`.
+Each range is declared at its field (``Annotated[int, AT_LEAST_1]``, :mod:`poslab.ranges`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal, Optional
+from typing import Annotated, Literal, Optional
 
 from poslab.modalities.vision.model import ViT
 from poslab.modalities.vision.sources import SOURCES
 from poslab.options import options_schema
-from poslab.schema import AT_LEAST_0, AT_LEAST_1, FRACTION, EvalConfig, ModelConfig, Range
-
-RANGES = {
-    "data.val_size": AT_LEAST_1,
-    "data.test_size": AT_LEAST_1,
-    "data.image_size": AT_LEAST_1,
-    "data.patch_size": AT_LEAST_1,
-    "data.augment.rotate": AT_LEAST_0,
-    "data.augment.scale": FRACTION,
-    "data.augment.translate": FRACTION,
-    "eval.image_sizes": AT_LEAST_1,
-    "task.label_smoothing": FRACTION,
-    "data.split_seed": Range(0, 2**32 - 1),
-}
+from poslab.ranges import AT_LEAST_0, AT_LEAST_1, FRACTION, SEED
+from poslab.schema import EvalConfig, ModelConfig
 
 
 @dataclass
 class VisionEvalConfig(EvalConfig):
     """End-of-run resolution probe: test accuracy at these image sizes, raw and rescaled coordinates."""
 
-    image_sizes: list[int] = field(default_factory=list)  # e.g. [56]
+    image_sizes: Annotated[list[int], AT_LEAST_1] = field(default_factory=list)  # e.g. [56]
 
 
 @dataclass
@@ -42,24 +30,26 @@ class AugmentConfig:
     """Random affine per training image."""
 
     enabled: bool = True
-    rotate: float = 10.0  # degrees
-    scale: float = 0.1  # +-10 %
-    translate: float = 0.1  # fraction of the image
+    rotate: Annotated[float, AT_LEAST_0] = 10.0  # degrees
+    scale: Annotated[float, FRACTION] = 0.1  # +-10 %
+    translate: Annotated[float, FRACTION] = 0.1  # fraction of the image
 
 
 @dataclass
 class VisionDataConfig:
     name: Literal[tuple(SOURCES)] = "mnist5k"  # type: ignore[valid-type]  # mnist5k is embedded: no network
     root: str = "data"  # download / cache folder
-    image_size: Optional[int] = None  # None: the dataset's own size (28 for MNIST, 32 for CIFAR-10)
-    patch_size: int = 7
+    image_size: Annotated[Optional[int], AT_LEAST_1] = (
+        None  # None: the dataset's own size (28 for MNIST, 32 for CIFAR-10)
+    )
+    patch_size: Annotated[int, AT_LEAST_1] = 7
     coords: Literal["raw", "rescaled"] = "rescaled"  # at another image size: rescaled to the training grid | raw
-    batch_size: int = 128
-    eval_batch_size: int = 500
-    num_workers: int = 0  # data is in memory; workers only add start-up time on a CPU
-    val_size: int = 500  # held out of the training images
-    test_size: int = 500  # mnist5k only: the other datasets have an official test split
-    split_seed: int = 0  # fixed, so every run sees the same split
+    batch_size: Annotated[int, AT_LEAST_1] = 128
+    eval_batch_size: Annotated[int, AT_LEAST_1] = 500
+    num_workers: Annotated[int, AT_LEAST_0] = 0  # data is in memory; workers only add start-up time on a CPU
+    val_size: Annotated[int, AT_LEAST_1] = 500  # held out of the training images
+    test_size: Annotated[int, AT_LEAST_1] = 500  # mnist5k only: the other datasets have an official test split
+    split_seed: Annotated[int, SEED] = 0  # fixed, so every run sees the same split
     download: bool = True
     quadrant: bool = False  # the quadrant task: digit in one quadrant of a 2x canvas, label = quadrant
     augment: AugmentConfig = field(default_factory=AugmentConfig)
@@ -72,4 +62,4 @@ ViTConfig = options_schema("ViTConfig", ViT, ViT.SUPPLIED, bases=(ModelConfig,))
 @dataclass
 class ClassificationTaskConfig:
     name: Literal["classification"] = "classification"
-    label_smoothing: float = 0.1  # training loss only
+    label_smoothing: Annotated[float, FRACTION] = 0.1  # training loss only
