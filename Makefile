@@ -20,7 +20,7 @@ PYTEST    = $(BIN)/python -m pytest
 RUN_PYTEST = rc=0; $(PYTEST) $(1) || rc=$$?; if [ $$rc -eq 5 ]; then echo "pytest collected no tests" >&2; exit 1; fi; exit $$rc
 
 .DEFAULT_GOAL := help
-.PHONY: help install test test-slow test-all lint train eval compare report dashboard bench gpu-check gpu-wheels sweep new-encoder new-dataset clean
+.PHONY: help install test test-slow test-all lint train eval compare report dashboard bench gpu-check gpu-wheels sweep new-encoder new-dataset new-modality clean
 
 help: ## list targets, modalities and encoders
 	@echo "poslab — position encoders compared on text, image patches and time series"
@@ -102,6 +102,10 @@ new-encoder: ## stub files for a new encoder: NAME=myenc HOOK=encode_input|rotat
 new-dataset: ## stub files for a new data source: NAME=sonnets MODALITY=text (any modality that reads datasets)
 	@test -n "$(NAME)" || { echo "make new-dataset needs NAME=<name> [MODALITY=<modality>]" >&2; exit 2; }
 	$(BIN)/poslab new dataset $(NAME) --modality $(MODALITY)
+
+new-modality: ## a working modality to start from (the template's toy task), its YAML and its tests: NAME=audio
+	@test -n "$(NAME)" || { echo "make new-modality needs NAME=<name>" >&2; exit 2; }
+	$(BIN)/poslab new modality $(NAME)
 
 clean: ## remove runs, W&B files, reports and caches (keeps .venv and data/)
 	rm -rf runs wandb reports lightning_logs .pytest_cache .hypothesis .ruff_cache

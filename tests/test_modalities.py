@@ -5,25 +5,16 @@ from __future__ import annotations
 import io
 import re
 import tokenize
-from dataclasses import dataclass
-from functools import partialmethod
 from pathlib import Path
 
 import pytest
-import torch
-from torch import nn
-from torch.utils.data import DataLoader, TensorDataset
 
 import poslab
+import poslab.scaffolds.modality
 from poslab.config import compose, group_choices, option_rows
-from poslab.data.base import PositionDataModule
 from poslab.errors import ConfigError
-from poslab.modalities import Modality, available_modalities, get_modality, register_modality, unregister_modality
-from poslab.nn import Transformer
-from poslab.options import options_schema
-from poslab.positions import Positions
-from poslab.schema import EvalConfig, ModelConfig
-from poslab.tasks.base import PositionTask
+from poslab.modalities import available_modalities, get_modality, register_modality, unregister_modality
+from poslab.scaffolds.modality.record import MODALITY as TEMPLATE_MODALITY
 from tests.conftest import TINY
 
 PACKAGE = Path(poslab.__file__).parent
@@ -53,9 +44,9 @@ def test_every_modality_package_is_registered_with_its_yaml_and_a_tiny_test_conf
     import poslab.modalities
 
     packaged = sorted(p.name for p in Path(poslab.modalities.__file__).parent.iterdir() if (p / "__init__.py").exists())
-    assert packaged == sorted(TINY) and set(packaged) <= set(available_modalities())
+    assert set(TINY) <= set(packaged) <= set(available_modalities())
     assert group_choices("modality") == available_modalities()
-    for modality in available_modalities():  # a plugin's modality declares its tiny run
+    for modality in available_modalities():  # a new or a plugin's modality declares its tiny run
         assert modality in TINY or get_modality(modality).tiny, modality
 
 
@@ -102,126 +93,16 @@ def test_an_unknown_modality_is_one_line_naming_the_valid_ones():
         get_modality("vidio")
 
 
-# -- a modality registered from this file: the data provides steps, the task is order-sensitive ------------------
-@dataclass
-class ToyData:
-    """Declared once, with defaults: the toy's YAML sets no data value."""
-
-    name: str = "digits"
-    length: int = 8
-    size: int = 64
-    batch_size: int = 16
-
-
-@dataclass
-class ToyTask:
-    name: str = "order"
-
-
-class ToyDataModule(PositionDataModule):
-    """Random digit sequences; the label says whether the first digit is larger than the last."""
-
-    def setup(self, stage=None):
-        generator = torch.Generator().manual_seed(self.seed)
-        tokens = torch.randint(0, 10, (self.cfg.size, self.cfg.length), generator=generator)
-        self.data = TensorDataset(tokens, (tokens[:, 0] > tokens[:, -1]).long())
-
-    def model_facts(self):
-        return {"vocab": 10}
-
-    def context_options(self):
-        return {"max_len": self.cfg.length}
-
-    def similarity_positions(self):
-        return Positions.consecutive(self.cfg.length), self.cfg.length, None
-
-    def train_dataloader(self):
-        return self.shuffled_loader(self.data, self.cfg.batch_size)
-
-    def val_dataloader(self):
-        return DataLoader(self.data, batch_size=self.cfg.batch_size)
-
-    test_dataloader = val_dataloader
-
-    def on_after_batch_transfer(self, batch, dataloader_idx):
-        return self.as_batch(batch)
-
-    def as_batch(self, batch, training=False):
-        tokens, labels = batch
-        return {"tokens": tokens, "label": labels, "pos": Positions.consecutive(tokens.shape[1])}
-
-
-class ToyModelNet(nn.Module):
-    def __init__(self, encoder, vocab: int, dim: int, depth: int, num_heads: int):
-        super().__init__()
-        self.embed = nn.Embedding(vocab, dim)
-        self.backbone = Transformer(encoder, dim=dim, depth=depth, num_heads=num_heads)
-        self.head = nn.Linear(dim, 2)
-
-    def forward(self, tokens, pos):
-        return self.head(self.backbone(self.embed(tokens), pos).mean(dim=1))
-
-
-#: ``model.*``: the toy net's keyword options (its sizes), as every modality derives them.
-ToyModel = options_schema("ToyModel", ToyModelNet, ("encoder", "vocab"), bases=(ModelConfig,))
-
-
-class ToyTaskModule(PositionTask):
-    monitor = ("val/loss", "min")
-
-    def __init__(self, cfg, vocab: int, context):
-        super().__init__(cfg)
-        self.save_hyperparameters()
-        model = cfg["model"]
-        self.model = ToyModelNet(self.build_encoder(context), vocab, model["dim"], model["depth"], model["num_heads"])
-
-    def _loss(self, batch, stage):
-        loss = nn.functional.cross_entropy(self.model(batch["tokens"], batch["pos"]), batch["label"])
-        self.log(f"{stage}/loss", loss, on_step=stage == "train", on_epoch=stage != "train")
-        return loss
-
-    def training_step(self, batch, batch_idx):
-        return self._loss(batch, "train")
-
-    def _evaluation_step(self, batch, batch_idx, stage):
-        self._loss(batch, stage)
-
-    # Lightning's evaluation hooks, one helper bound to each stage
-    validation_step = partialmethod(_evaluation_step, stage="val")
-    test_step = partialmethod(_evaluation_step, stage="test")
-
-
-TOY_YAML = """# A toy modality registered by a test: order-sensitive digit sequences.
-defaults:
-  encoder: rope
-positions: [steps]
-model:
-  dim: 16
-  depth: 1
-  num_heads: 2
-trainer:
-  max_epochs: 1
-"""
-
-
+# -- the toy modality: poslab new modality's template (generated data, order-sensitive), registered by a test ---
 #: The toy's record: what a modality package (or a plugin's) registers.
-TOY = Modality(
-    name="toy",
-    task=ToyTask,
-    data=ToyData,
-    model=ToyModel,
-    eval=EvalConfig,
-    tasks={"order": ToyTaskModule},
-    datamodule=ToyDataModule,
-    headline=("test/loss",),
-    tiny=("data.size=32", "trainer.max_epochs=1"),
-)
+TOY = TEMPLATE_MODALITY
+TOY_YAML = (Path(poslab.scaffolds.modality.__file__).parent / "toy.yaml").read_text()
 
 
 @pytest.fixture
 def toy_modality(tmp_path, monkeypatch):
-    """The toy modality registered from this file, its YAML in a config folder of its own (overlaying the
-    packaged configs)."""
+    """The toy modality (the template) registered from this file, its YAML in a config folder of its own
+    (overlaying the packaged configs)."""
     configs = tmp_path / "configs"
     (configs / "modality").mkdir(parents=True)
     (configs / "modality" / "toy.yaml").write_text(TOY_YAML)
@@ -246,16 +127,17 @@ def test_a_modality_registered_from_a_test_file_trains_without_editing_the_packa
     summaries = []
     for encoder in ("rope", "learned"):
         summary = train(compose(["modality=toy", f"encoder={encoder}", "logger=none", f"run.root={tmp_path / 'runs'}",
-                                 "trainer.enable_progress_bar=false"]))  # fmt: skip
+                                 "trainer.enable_progress_bar=false", *TOY.tiny]))  # fmt: skip
         assert summary["modality"] == "toy" and summary["metrics"]["test/loss"] > 0
         summaries.append(summary["run_dir"])
     report = build_report(summaries, tmp_path / "reports")
     assert "`test/loss`" in report.read_text()
     with pytest.raises(ConfigError, match="unknown config key 'data.lenght'"):
         compose(["modality=toy", "data.lenght=4"])
-    # data options are declared once (ToyData): --options lists them with their defaults, overrides are typed
+    # data options are declared once (the template's ToyData): --options lists them with defaults; overrides are typed
     rows = {key: (kind, default, value) for key, kind, default, value in option_rows(compose(["modality=toy"]))}
-    assert rows["data.length"] == ("int", "8", "8") and rows["task.name"] == ("str", "'order'", "'order'")
+    assert rows["data.length"] == ("int, >= 2", "8", "8")
+    assert rows["task.name"] == ("one of 'order'", "'order'", "'order'")
     assert compose(["modality=toy", "data.length=4"]).data.length == 4
     with pytest.raises(ConfigError, match="data.length"):
         compose(["modality=toy", "data.length=four"])

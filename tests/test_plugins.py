@@ -41,9 +41,9 @@ class HalfSteps(PositionEncoder):
 
 MODALITY = """
 from poslab.modalities import register_modality
-from tests.test_modalities import TOY
+from poslab.scaffolds.modality.record import MODALITY
 
-register_modality(TOY)
+register_modality(MODALITY)
 """
 
 SOURCE = """

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import re
 
 import pytest
 
@@ -126,3 +127,58 @@ def test_outside_a_checkout_new_is_one_line_and_writes_nothing(tmp_path, capsys)
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "is not a poslab checkout (no src/poslab/encoders/)" in err
     assert "plugin package" in err and not list(tmp_path.iterdir())
+
+
+def test_new_modality_writes_a_package_that_registers_trains_and_passes_its_own_tests(tmp_path, monkeypatch):
+    """The copy of the template, discovered where a checkout keeps modalities, with its YAML and tests."""
+    import sys
+
+    import poslab.modalities
+    from poslab import plugins
+    from poslab.config import compose
+    from poslab.scaffold import new_modality
+
+    written = new_modality("audio", root=tmp_path)
+    package = tmp_path / "src" / "poslab" / "modalities" / "audio"
+    assert sorted(p.relative_to(tmp_path).as_posix() for p in written) == sorted(
+        [*(f"src/poslab/modalities/audio/{f}.py" for f in ("__init__", "schema", "data", "model", "task", "record")),
+         "configs/modality/audio.yaml", "tests/test_audio_modality.py"]
+    )  # fmt: skip
+    for path in written:  # the template's name is gone: no toy, no Toy left
+        assert not re.search(r"\btoy\b|\bToy", path.read_text()), path
+    assert "class AudioDataModule(PositionDataModule)" in (package / "data.py").read_text()
+    monkeypatch.setattr(poslab.modalities, "__path__", [*poslab.modalities.__path__, str(package.parent)])
+    monkeypatch.setattr(plugins, "_DISCOVERED", False)  # discovered like a packaged one, by its folder
+    monkeypatch.setenv("POSLAB_CONFIG_DIR", str(tmp_path / "configs"))
+    try:
+        assert "audio" in plugins.available_modalities()
+        assert compose(["modality=audio"]).model.dim == 32  # its YAML
+        tests = _load(tmp_path / "tests" / "test_audio_modality.py")
+        tests.test_the_label_says_whether_the_first_token_is_larger_than_the_last()
+        tests.test_the_options_are_declared_once_and_checked()
+        tests.test_a_short_run_writes_its_summary(tmp_path / "runs")
+    finally:
+        plugins.unregister_modality("audio")
+        for name in [m for m in sys.modules if m.startswith("poslab.modalities.audio")]:
+            del sys.modules[name]
+
+
+def test_new_modality_refuses_a_taken_name_a_bad_name_and_existing_files(tmp_path, capsys):
+    from poslab.cli import main
+    from poslab.scaffold import new_modality
+
+    with pytest.raises(ConfigError, match="modality 'vision' exists already; pick another name"):
+        new_modality("vision", root=tmp_path)
+    with pytest.raises(ConfigError, match="modality name 'Audio-1': lower-case"):
+        new_modality("Audio-1", root=tmp_path)
+    (tmp_path / "configs" / "modality").mkdir(parents=True)
+    (tmp_path / "configs" / "modality" / "audio.yaml").write_text("mine\n")
+    with pytest.raises(ConfigError, match="audio.yaml exists already; nothing written"):
+        new_modality("audio", root=tmp_path)
+    assert (
+        not list(tmp_path.rglob("*.py")) and (tmp_path / "configs" / "modality" / "audio.yaml").read_text() == "mine\n"
+    )
+    (tmp_path / "src" / "poslab" / "encoders").mkdir(parents=True)  # a checkout
+    assert main(["new", "modality", "speech", "--root", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert out.count("wrote ") == 8 and "poslab train modality=speech" in out

@@ -1,4 +1,4 @@
-"""``poslab new encoder|dataset``: the files a new encoder or dataset needs, as stubs to fill in.
+"""``poslab new encoder|dataset|modality``: the files a new encoder, dataset or modality needs.
 
 ``new encoder NAME --hook HOOK`` writes ``src/poslab/encoders/<name>.py`` (the
 class with the hook to write and a docstring asking for its paper and
@@ -11,9 +11,15 @@ until the paper's values are written into it).
 writer of a tiny sample of its files) and ``tests/data/test_<name>.py`` (a
 known-values test that fails until written).
 
-The registries, the config validation and the parametrized tests pick either
-up with no other edit; until the stubs are written they fail on them, naming
-them. Nothing is overwritten.
+``new modality NAME`` copies the smallest working modality
+(:mod:`poslab.scaffolds.modality`: generated data, a model, a task, its record)
+into ``src/poslab/modalities/<name>/``, with ``configs/modality/<name>.yaml``
+and ``tests/test_<name>_modality.py``; it trains as written, and is changed
+from there.
+
+The registries, the config validation and the parametrized tests pick each
+up with no other edit; until the encoder and dataset stubs are written they
+fail on them, naming them. Nothing is overwritten.
 """
 
 from __future__ import annotations
@@ -210,13 +216,61 @@ def _encoder(name: str, hook: str, reads: str) -> str:
     )  # fmt: skip
 
 
+#: The modality template's files and where a checkout keeps each copy (``{name}``: the new modality's name).
+MODALITY_FILES = {
+    "schema.py": "src/poslab/modalities/{name}/schema.py",
+    "data.py": "src/poslab/modalities/{name}/data.py",
+    "model.py": "src/poslab/modalities/{name}/model.py",
+    "task.py": "src/poslab/modalities/{name}/task.py",
+    "record.py": "src/poslab/modalities/{name}/record.py",
+    "toy.yaml": "configs/modality/{name}.yaml",
+    "test_toy.py": "tests/test_{name}_modality.py",
+}
+
+MODALITY_INIT = '''"""``{name}``: <what this modality trains on and which position question it asks, in one line>.
+
+Started from ``poslab new modality`` (the template's task: is the first digit larger than the last).
+Files: ``schema.py`` (its config keys), ``data.py`` (the data module and its positions), ``model.py`` (the
+network around poslab's backbone), ``task.py`` (loss and metrics), ``record.py`` (what it contributes).
+"""
+
+from poslab.modalities import register_modality
+from poslab.modalities.{name}.record import MODALITY
+
+register_modality(MODALITY)
+'''
+
+
+def new_modality(name: str, root: Path | str = ".") -> list[Path]:
+    """Write a working modality ``name`` under ``root`` from the template; a one-line error for a bad name,
+    a modality that exists or a file that does (nothing is written then)."""
+    from importlib import resources
+
+    from poslab.plugins import available_modalities
+
+    _check_name(name, "modality")
+    if name in available_modalities():
+        raise ConfigError(f"modality '{name}' exists already; pick another name")
+    template = resources.files("poslab.scaffolds.modality")
+    root = Path(root)
+    files = {root / "src" / "poslab" / "modalities" / name / "__init__.py": MODALITY_INIT.format(name=name)}
+    for source, target in MODALITY_FILES.items():
+        files[root / target.format(name=name)] = renamed(template.joinpath(source).read_text(), name)
+    return _write(files)
+
+
+def renamed(text: str, name: str) -> str:
+    """The template's text for modality ``name``: the word ``toy`` and the ``Toy`` of its class names."""
+    return re.sub(r"\bToy(?=[A-Z]|\b)", class_name(name), re.sub(r"\btoy\b", name, text))
+
+
 def main(argv: list[str] | None = None) -> int:
     import argparse
 
     from poslab.errors import PoslabError
 
     parser = argparse.ArgumentParser(prog="poslab new", description=__doc__.splitlines()[0])
-    kinds = parser.add_subparsers(dest="kind", required=True, metavar="{encoder,dataset}")
+    kinds = parser.add_subparsers(dest="kind", required=True, metavar="{encoder,dataset,modality}")
     encoder = kinds.add_parser("encoder", help="an encoder: NAME --hook HOOK [--reads FIELD]")
     encoder.add_argument("name", help="the encoder's registered name, e.g. kerple")
     encoder.add_argument("--hook", required=True, choices=list(HOOKS), help="the hook it overrides")
@@ -224,7 +278,9 @@ def main(argv: list[str] | None = None) -> int:
     dataset = kinds.add_parser("dataset", help="a data source: NAME --modality MODALITY")
     dataset.add_argument("name", help="its data.name, e.g. sonnets")
     dataset.add_argument("--modality", required=True, help="the modality whose data it is")
-    for sub in (encoder, dataset):
+    modality = kinds.add_parser("modality", help="a modality, from the smallest working one: NAME")
+    modality.add_argument("name", help="its modality= name, e.g. audio")
+    for sub in (encoder, dataset, modality):
         sub.add_argument("--root", type=Path, default=Path("."), help="the repository root (default: .)")
     args = parser.parse_args(argv)
     if not (args.root / "src" / "poslab" / "encoders").is_dir():
@@ -239,9 +295,15 @@ def main(argv: list[str] | None = None) -> int:
         if args.kind == "encoder":
             written = new_encoder(args.name, args.hook, args.reads, args.root)
             after = f"write the hook and its golden test, then `make test` (poslab list shows '{args.name}')"
-        else:
+        elif args.kind == "dataset":
             written = new_dataset(args.name, args.modality, args.root)
             after = f"write the loader, its sample and its test, then `make test` (data={args.name} trains on it)"
+        else:
+            written = new_modality(args.name, args.root)
+            after = (
+                f"`poslab train modality={args.name}` trains the template's task; replace its data, model and "
+                f"task, then `make test` (docs/extending.md, 'Add a modality')"
+            )
     except PoslabError as exc:
         print(f"poslab new: error: {exc}", file=sys.stderr)
         return 2

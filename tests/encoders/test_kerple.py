@@ -50,5 +50,5 @@ def test_kerple_learns_per_head_and_rejects_a_bad_eps():
     assert 0 <= enc.r1.min() and enc.r1.max() <= 2 and enc.r2.max() <= 1  # the reference's initialisation
     from poslab.errors import ConfigError
 
-    with pytest.raises(ConfigError, match="kerple needs eps > 0"):
+    with pytest.raises(ConfigError, match=r"^kerple: eps must be > 0, got 0.0$"):
         build_encoder("kerple", dim=8, num_heads=2, eps=0.0)

@@ -45,8 +45,6 @@ class Cyclic(PositionEncoder):
         unknown = [p for p in names if p not in PERIODS]
         if unknown:
             raise ConfigError(f"cyclic: unknown period {unknown[0]!r}; valid: {', '.join(PERIODS)}")
-        if not names or harmonics < 1:
-            raise ConfigError(f"cyclic needs at least one period and encoder.harmonics >= 1, got {names} x {harmonics}")
         self.periods = [PERIODS[p] for p in names]
         self.period_names = names
         self.harmonics = harmonics

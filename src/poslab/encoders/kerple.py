@@ -36,8 +36,6 @@ class Kerple(PositionEncoder):
         self, dim: int, num_heads: int, variant: Literal["log", "power"] = "log", eps: Positive = 0.01
     ) -> None:
         super().__init__(dim, num_heads)
-        if eps <= 0:
-            raise ValueError(f"kerple needs eps > 0, got {eps}")
         self.variant, self.eps = variant, eps
         # the reference's initialisation: r1 ~ U(0, 2), r2 ~ U(0, 1) (log) / r1 ~ U(0, 1), r2 ~ U(0, 2) (power)
         r1_scale, r2_scale = (2.0, 1.0) if variant == "log" else (1.0, 2.0)
