@@ -138,28 +138,29 @@ def test_new_modality_writes_a_package_that_registers_trains_and_passes_its_own_
     from poslab.config import compose
     from poslab.scaffold import new_modality
 
-    written = new_modality("audio", root=tmp_path)
-    package = tmp_path / "src" / "poslab" / "modalities" / "audio"
+    written = new_modality("scaffolded", root=tmp_path)
+    package = tmp_path / "src" / "poslab" / "modalities" / "scaffolded"
+    modules = ("__init__", "schema", "data", "model", "task", "record")
     assert sorted(p.relative_to(tmp_path).as_posix() for p in written) == sorted(
-        [*(f"src/poslab/modalities/audio/{f}.py" for f in ("__init__", "schema", "data", "model", "task", "record")),
-         "configs/modality/audio.yaml", "tests/test_audio_modality.py"]
+        [*(f"src/poslab/modalities/scaffolded/{f}.py" for f in modules),
+         "configs/modality/scaffolded.yaml", "tests/test_scaffolded_modality.py"]
     )  # fmt: skip
     for path in written:  # the template's name is gone: no toy, no Toy left
         assert not re.search(r"\btoy\b|\bToy", path.read_text()), path
-    assert "class AudioDataModule(PositionDataModule)" in (package / "data.py").read_text()
+    assert "class ScaffoldedDataModule(PositionDataModule)" in (package / "data.py").read_text()
     monkeypatch.setattr(poslab.modalities, "__path__", [*poslab.modalities.__path__, str(package.parent)])
     monkeypatch.setattr(plugins, "_DISCOVERED", False)  # discovered like a packaged one, by its folder
     monkeypatch.setenv("POSLAB_CONFIG_DIR", str(tmp_path / "configs"))
     try:
-        assert "audio" in plugins.available_modalities()
-        assert compose(["modality=audio"]).model.dim == 32  # its YAML
-        tests = _load(tmp_path / "tests" / "test_audio_modality.py")
+        assert "scaffolded" in plugins.available_modalities()
+        assert compose(["modality=scaffolded"]).model.dim == 32  # its YAML
+        tests = _load(tmp_path / "tests" / "test_scaffolded_modality.py")
         tests.test_the_label_says_whether_the_first_token_is_larger_than_the_last()
         tests.test_the_options_are_declared_once_and_checked()
         tests.test_a_short_run_writes_its_summary(tmp_path / "runs")
     finally:
-        plugins.unregister_modality("audio")
-        for name in [m for m in sys.modules if m.startswith("poslab.modalities.audio")]:
+        plugins.unregister_modality("scaffolded")
+        for name in [m for m in sys.modules if m.startswith("poslab.modalities.scaffolded")]:
             del sys.modules[name]
 
 
@@ -169,16 +170,17 @@ def test_new_modality_refuses_a_taken_name_a_bad_name_and_existing_files(tmp_pat
 
     with pytest.raises(ConfigError, match="modality 'vision' exists already; pick another name"):
         new_modality("vision", root=tmp_path)
-    with pytest.raises(ConfigError, match="modality name 'Audio-1': lower-case"):
-        new_modality("Audio-1", root=tmp_path)
+    with pytest.raises(ConfigError, match="modality name 'Scaffolded-1': lower-case"):
+        new_modality("Scaffolded-1", root=tmp_path)
     (tmp_path / "configs" / "modality").mkdir(parents=True)
-    (tmp_path / "configs" / "modality" / "audio.yaml").write_text("mine\n")
-    with pytest.raises(ConfigError, match="audio.yaml exists already; nothing written"):
-        new_modality("audio", root=tmp_path)
+    (tmp_path / "configs" / "modality" / "scaffolded.yaml").write_text("mine\n")
+    with pytest.raises(ConfigError, match="scaffolded.yaml exists already; nothing written"):
+        new_modality("scaffolded", root=tmp_path)
     assert (
-        not list(tmp_path.rglob("*.py")) and (tmp_path / "configs" / "modality" / "audio.yaml").read_text() == "mine\n"
+        not list(tmp_path.rglob("*.py"))
+        and (tmp_path / "configs" / "modality" / "scaffolded.yaml").read_text() == "mine\n"
     )
     (tmp_path / "src" / "poslab" / "encoders").mkdir(parents=True)  # a checkout
-    assert main(["new", "modality", "speech", "--root", str(tmp_path)]) == 0
+    assert main(["new", "modality", "scaffolded_cli", "--root", str(tmp_path)]) == 0
     out = capsys.readouterr().out
-    assert out.count("wrote ") == 8 and "poslab train modality=speech" in out
+    assert out.count("wrote ") == 8 and "poslab train modality=scaffolded_cli" in out

@@ -5,9 +5,7 @@ from __future__ import annotations
 from poslab.modalities import Modality
 from poslab.schema import EvalConfig
 
-from .data import ToyDataModule
 from .schema import ToyData, ToyModel, ToyTask
-from .task import ToyTaskModule
 
 MODALITY = Modality(
     name="toy",
@@ -15,8 +13,9 @@ MODALITY = Modality(
     data=ToyData,
     model=ToyModel,
     eval=EvalConfig,  # end-of-run probes would extend it (a length sweep, another resolution)
-    tasks={"order": ToyTaskModule},
-    datamodule=ToyDataModule,
+    # "module:attribute" references, imported when a run starts: composing a config imports no Lightning
+    tasks={"order": f"{__package__}.task:ToyTaskModule"},
+    datamodule=f"{__package__}.data:ToyDataModule",
     headline=("test/acc", "val/acc_best", "test/loss"),  # the report's table leads with these
     tiny=("data.size=64", "trainer.max_epochs=1"),  # a run of a few CPU seconds, for the registry-wide tests
 )
