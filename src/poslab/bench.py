@@ -13,6 +13,8 @@ was in use before the step.
 
 from __future__ import annotations
 
+import argparse
+import ctypes
 import gc
 import json
 import statistics
@@ -22,6 +24,8 @@ import time
 import warnings
 from dataclasses import dataclass, replace
 from pathlib import Path
+
+from poslab.errors import ConfigError
 
 #: The project's targets: ratio to `none` (time, memory); None = not targeted.
 TARGETS = {
@@ -119,7 +123,6 @@ def round_ratios(samples: dict[str, list[float]], reference: str = "none") -> di
 
 def heap_in_use() -> int:
     """Bytes the C heap has handed out right now (glibc ``mallinfo2``)."""
-    import ctypes
 
     class MallInfo2(ctypes.Structure):
         _fields_ = [(f, ctypes.c_size_t) for f in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks",
@@ -220,7 +223,6 @@ def run(cfg: BenchConfig, lengths: list[int] | None = None, encoders: list[str] 
     length; an unknown one is a one-line :class:`~poslab.errors.ConfigError` naming the valid ones. Without
     it, every 1D encoder, each at the lengths :func:`timed_at` allows."""
     from poslab.encoders import available_encoders
-    from poslab.errors import ConfigError
 
     valid = available_encoders("text")
     unknown = [n for n in encoders or [] if n not in valid]
@@ -272,12 +274,9 @@ def write_results(rows: list[dict], path: Path) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    import argparse
 
     from rich.console import Console
     from rich.table import Table
-
-    from poslab.errors import ConfigError
 
     parser = argparse.ArgumentParser(prog="poslab bench", description=__doc__.splitlines()[0])
     for key, value in BenchConfig().__dict__.items():

@@ -16,9 +16,11 @@ from typing import Any
 import lightning as L
 import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from poslab import plots
 from poslab.data.resumable import ResumableLoader
+from poslab.errors import NonFiniteLoss
 from poslab.evaluation.probes import RunReport
 from poslab.evaluation.similarity import position_similarity
 
@@ -43,8 +45,6 @@ class FiniteLoss(L.Callback):
         if loss.device.type != "cpu" and trainer.global_step % trainer.log_every_n_steps:
             return
         if not torch.isfinite(loss.detach()).all():
-            from poslab.errors import NonFiniteLoss
-
             raise NonFiniteLoss(
                 f"the training loss is {float(loss.detach())} at step {trainer.global_step}; the run stopped there "
                 "and keeps its checkpoints from before it (try a lower optim.lr)"
@@ -103,7 +103,6 @@ class PeriodicLast(RunCheckpoint):
 
     def on_exception(self, trainer, pl_module, exception: BaseException) -> None:
         """A SIGTERM or Ctrl-C keeps the work done so far (a crash from a bug does not overwrite it)."""
-        from lightning.pytorch.utilities.exceptions import SIGTERMException
 
         if isinstance(exception, SIGTERMException | KeyboardInterrupt) and not trainer.sanity_checking:
             self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))

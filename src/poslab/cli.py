@@ -11,7 +11,13 @@ import errno
 import sys
 from collections.abc import Sequence
 
+from poslab.bench import main as bench_main
+from poslab.dashboard import main as dashboard_main
+from poslab.denormals import flush_denormals
 from poslab.errors import PoslabError, RunInterrupted, first_line
+from poslab.report import build_report
+from poslab.scaffold import main as new_main
+from poslab.sweep import main as sweep_main
 
 EPILOG = """\
 examples:
@@ -94,24 +100,16 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = [lightning_cli_form(a) for a in (sys.argv[1:] if argv is None else argv)]
     if argv[:1] == ["bench"]:
-        from poslab.bench import main as bench_main
-
         return bench_main(argv[1:])
     if argv[:1] == ["show"]:
         from poslab.show import main as show_main
 
         return show_main(argv[1:])
     if argv[:1] == ["sweep"]:
-        from poslab.sweep import main as sweep_main
-
         return sweep_main(argv[1:])
     if argv[:1] == ["dashboard"]:
-        from poslab.dashboard import main as dashboard_main
-
         return dashboard_main(argv[1:])
     if argv[:1] == ["new"]:
-        from poslab.scaffold import main as new_main
-
         return new_main(argv[1:])
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -203,7 +201,6 @@ def _compare(args: argparse.Namespace) -> int:
 
 
 def _report_cmd(args: argparse.Namespace) -> int:
-    from poslab.report import build_report
 
     print(build_report(args.dirs, args.out))
     return 0
@@ -248,8 +245,6 @@ COMPUTING = ("train", "eval", "compare", "bench", "show")
 def run() -> None:
     """The ``poslab`` command: denormals flushed before torch starts its threads (:mod:`poslab.denormals`)."""
     if sys.argv[1:2] and sys.argv[1] in COMPUTING:
-        from poslab.denormals import flush_denormals
-
         flush_denormals()
     sys.exit(main())
 

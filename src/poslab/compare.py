@@ -15,14 +15,18 @@ comparison table and the overlay charts.
 from __future__ import annotations
 
 import secrets
+import shlex
 import time
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from poslab import interrupts
 from poslab.config import ALL_ENCODERS, compose, config_hash, to_dict
 from poslab.errors import ConfigError, RunInterrupted, first_line
+from poslab.plugins import get_modality
+from poslab.report import build_report, check_expectations, find_summaries, group_runs, metric_columns
 from poslab.resume import LAST_CHECKPOINT
 from poslab.rundir import RunInUse, remove_run_dir, run_in_use
 
@@ -92,7 +96,6 @@ def compare(
 ) -> dict[str, Any]:
     """Run (or resume) the grid; returns the outcomes, the report path and the comparison id. A signal
     stops it (:class:`RunInterrupted`), and the same command continues."""
-    from poslab import interrupts
 
     with interrupts.handled():
         try:
@@ -173,8 +176,6 @@ def _report(grid, compare_id: str, modality: str, run_dirs: list[Path], reports,
     """The Markdown report and the W&B report run of the finished runs."""
     report = None
     if run_dirs:
-        from poslab.report import build_report
-
         report = build_report(run_dirs, reports, title=f"{modality}: comparison {compare_id}")
         echo(f"report: {report}")
         report_run = log_report_run(grid[0][2], compare_id, run_dirs, echo, report_dir=report.parent)
@@ -189,7 +190,6 @@ def _report(grid, compare_id: str, modality: str, run_dirs: list[Path], reports,
 def overlay_series(groups) -> dict[str, tuple[str, str, dict[str, dict[int, float]]]]:
     """chart key -> (title, x name, encoder -> {x: mean y}): every encoder's curve in one chart (the
     modality's ``overlays``)."""
-    from poslab.plugins import get_modality
 
     overlays = get_modality(groups[0].modality).piece("overlays") if groups else None
     return overlays(groups) if overlays else {}
@@ -204,7 +204,6 @@ def cfg_logs_to_wandb(cfg) -> bool:
 def wide_table(groups) -> tuple[list[str], list[list[Any]]]:
     """A row per encoder (× variant): runs, parameters, step time, then mean / std / n of every metric the
     report shows, and whether the expectations that apply to it held (True / False, None: not measured)."""
-    from poslab.report import check_expectations, metric_columns
 
     columns = metric_columns(groups)
     verdicts: dict[str, list] = {}
@@ -231,7 +230,6 @@ def wide_table(groups) -> tuple[list[str], list[list[Any]]]:
 
 def bar_series(groups) -> dict[str, list[list[Any]]]:
     """Headline metric -> rows of (encoder, mean, std, n): one bar chart each."""
-    from poslab.plugins import get_modality
 
     out = {}
     for metric in get_modality(groups[0].modality).headline if groups else ():
@@ -243,7 +241,6 @@ def bar_series(groups) -> dict[str, list[list[Any]]]:
 
 def sync_command(run_dirs: list[Path], report_run: str | None) -> str | None:
     """One ``wandb sync`` of every offline W&B run of the comparison (its training runs and its report run)."""
-    import shlex
 
     folders = [str(f) for d in run_dirs for f in sorted(Path(d).glob("wandb/offline-run-*"))]
     folders += [report_run] if report_run else []
@@ -261,7 +258,6 @@ def log_report_run(
     import wandb
 
     from poslab.loggers import effective_wandb_mode, resolve_wandb_mode, start_run_with_fallback, wandb_settings
-    from poslab.report import find_summaries, group_runs
 
     mode = resolve_wandb_mode(cfg.logger.mode)
     summaries = find_summaries(run_dirs)

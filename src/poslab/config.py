@@ -16,12 +16,17 @@ type is a :class:`~poslab.errors.ConfigError` naming the full key.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
+import math
+import re
 import typing
 from typing import Any, Literal, Union
 
 from omegaconf import DictConfig, ListConfig, OmegaConf, SCMode
 from omegaconf.errors import OmegaConfBaseException
 
+from poslab.callback_presets import entries, preset_schema
 from poslab.config_files import (  # noqa: F401 (re-exported)
     config_dir,
     config_dirs,
@@ -30,7 +35,12 @@ from poslab.config_files import (  # noqa: F401 (re-exported)
     load_yaml,
     modality_positions,
 )
+from poslab.data.sources import source_modules
 from poslab.errors import ConfigError, did_you_mean
+from poslab.plugins import get_modality
+from poslab.policy import fixed_on_eval, not_computing, rule
+from poslab.ranges import declared_ranges, range_of
+from poslab.schema import RUN_NAME_MAX, SIGNATURE_NODES, encoder_schema, root_schema
 
 #: ``compare_encoders: all``: every encoder that fits the modality (a new one joins), alone or in the list.
 ALL_ENCODERS = "all"
@@ -138,7 +148,6 @@ def _from_hydra(item: str) -> str:
 def _parse_value(item: str, raw: str) -> Any:
     """A command-line value as YAML reads it; a flow mapping may be written without spaces, as Hydra takes it
     (``{early_stopping:{patience:5}}``: YAML needs a space after each colon)."""
-    import re
 
     try:
         return OmegaConf.to_container(OmegaConf.from_dotlist([f"_={raw}"]))["_"]
@@ -155,7 +164,6 @@ def _parse_value(item: str, raw: str) -> Any:
 
 def _named_nodes(cfg: DictConfig) -> set[str]:
     """Top-level keys whose node has a ``name`` (in the config, or declared by its modality's schema)."""
-    from poslab.plugins import get_modality
 
     named = {k for k, v in cfg.items() if isinstance(v, DictConfig) and "name" in v}
     if cfg.get("modality"):
@@ -226,10 +234,7 @@ def source_defaults(modality: str, name: str | None) -> dict[str, Any]:
     """``data.*`` values the dataset ``name`` of ``modality`` declares for itself (CIFAR-10's 32-px images
     take 8-px patches, not MNIST's 7), or none."""
     if name is None:
-        from poslab.plugins import get_modality
-
         name = next((f.default for f in dataclasses.fields(get_modality(modality).data) if f.name == "name"), None)
-    from poslab.data.sources import source_modules
 
     package = source_modules().get(modality)
     source = getattr(package, "SOURCES", {}).get(name) if package else None
@@ -239,7 +244,6 @@ def source_defaults(modality: str, name: str | None) -> dict[str, Any]:
 def _check_explicit_options(cfg: DictConfig, cli: Overrides) -> None:
     """A command-line key that is an option of another choice (``optim.momentum`` with AdamW) is one line:
     a YAML's such keys are left out (they tune another optimiser), the command line's asked for this one."""
-    from poslab.schema import SIGNATURE_NODES
 
     for key, _ in cli.values:
         node, _, sub = key.partition(".")
@@ -267,7 +271,6 @@ def _merge_overrides(cfg: DictConfig, cli: Overrides) -> DictConfig:
 def recompose(stored: dict, overrides: list[str] | tuple[str, ...] = (), evaluating: bool = True) -> DictConfig:
     """A stored (checkpoint) config with overrides; ``evaluating``: only keys the checkpoint's weights do not
     depend on (:mod:`poslab.policy`)."""
-    from poslab.policy import fixed_on_eval, rule
 
     cli = Overrides.parse(overrides)
     for key in [*cli.selections, *(k for k, _ in cli.values)]:
@@ -290,8 +293,6 @@ def _pop_defaults(cfg: DictConfig) -> dict[str, Any]:
 def validate(cfg: DictConfig) -> DictConfig:
     """Check ``cfg`` against the schema of its modality and encoder; return it typed."""
     from poslab.encoders import encoder_class
-    from poslab.plugins import get_modality
-    from poslab.schema import encoder_schema, root_schema
 
     modality = cfg.get("modality")
     parts = get_modality(modality)  # an unknown modality: one line naming the valid ones
@@ -311,8 +312,6 @@ def validate(cfg: DictConfig) -> DictConfig:
         OmegaConf.resolve(merged)
     except OmegaConfBaseException as exc:
         raise ConfigError(f"cannot resolve config key '{exc.full_key}': {exc.msg.splitlines()[0]}") from None
-    from poslab.ranges import declared_ranges
-    from poslab.schema import SIGNATURE_NODES
 
     ranges = dict(declared_ranges(schema))
     for name, schema_of in SIGNATURE_NODES.items():
@@ -360,7 +359,6 @@ def _typed_callbacks(listed: list) -> list:
     """``callbacks``' presets checked by name and their options against their Lightning class's signature."""
     if not listed:
         return []
-    from poslab.callback_presets import entries, preset_schema
 
     typed = []
     for name, options in entries(listed):
@@ -373,9 +371,6 @@ def check_values(cfg: DictConfig, ranges: dict) -> None:
     """Every float finite, every key of ``ranges`` (those the schema declares: :func:`poslab.ranges.declared_ranges`)
     in its range, ``run.name`` one path component: one :class:`ConfigError` line naming the key, the value and
     what is allowed."""
-    import math
-
-    from poslab.schema import RUN_NAME_MAX
 
     def floats(node: Any, prefix: str):
         for key, value in node.items() if isinstance(node, dict) else enumerate(node):
@@ -494,9 +489,6 @@ def option_rows(cfg: DictConfig) -> list[tuple[str, str, str, str]]:
     """``(key, type, default, value)`` for every key of ``cfg``'s schema: the options of its modality, encoder
     and model as their schemas (derived from the constructors where they can be) declare them; the type says
     the range where one is declared."""
-    from poslab.plugins import get_modality
-    from poslab.ranges import range_of
-    from poslab.schema import SIGNATURE_NODES, encoder_schema, root_schema
 
     schema = root_schema(get_modality(cfg.modality), encoder_schema(cfg.encoder.name))
     rows = []
@@ -544,12 +536,9 @@ def _plain(value: Any) -> Any:
 
 def config_hash(cfg: dict, ignore: tuple[str, ...] = ()) -> str:
     """A short stable hash of what a run computes: equal configs, equal hashes."""
-    import hashlib
-    import json
 
     plain = json.loads(json.dumps(cfg))  # a deep copy of plain containers
     plain = {k: v for k, v in plain.items() if v not in ({}, [])}  # an empty node computes nothing
-    from poslab.policy import not_computing
 
     for dotted in (*not_computing(), *ignore):
         node, *path = dotted.split(".")

@@ -9,17 +9,18 @@ from __future__ import annotations
 
 import functools
 import os
+import sys
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
+from poslab.entry_points import plugin_config_dirs
 from poslab.errors import ConfigError
 
 
 def config_dir() -> Path:
     """The packaged configs: the checkout's ``configs/`` (an editable install, ``PYTHONPATH=src``), else the
     copy a wheel installs under ``<prefix>/share/poslab/configs``."""
-    import sys
 
     here = Path(__file__).resolve()
     candidates = [here.parents[2] / "configs"]  # src/poslab/config_files.py -> the checkout
@@ -32,7 +33,6 @@ def config_dirs() -> list[Path]:
     """The config folders, first wins file by file: each folder of ``$POSLAB_CONFIG_DIR`` (several joined by
     ``os.pathsep``: a fork's or a user's own YAML), then each installed plugin's ``configs/``, then the
     packaged configs. A folder needs only the files it adds or replaces."""
-    from poslab.entry_points import plugin_config_dirs
 
     user = [Path(p) for p in os.environ.get("POSLAB_CONFIG_DIR", "").split(os.pathsep) if p]
     return list(dict.fromkeys([*user, *plugin_config_dirs(), config_dir()]))

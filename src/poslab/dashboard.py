@@ -11,13 +11,16 @@ without saving them.
 
 from __future__ import annotations
 
+import argparse
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from poslab.errors import PoslabError
+from poslab.errors import PoslabError, first_line
+from poslab.report import find_summaries
+from poslab.report_figures import VAL_CURVE
 
 INSTALL_HINT = "pip install 'poslab[dashboard]' (wandb-workspaces)"
 #: W&B's run attribute that holds the group (one per encoder × variant: seeds aggregate there).
@@ -44,7 +47,6 @@ class DashboardPlan:
 
 def compare_summaries(compare_id: str, roots: Sequence[str | Path]) -> list:
     """The training runs of one comparison under ``roots`` (by their ``compare:<id>`` tag)."""
-    from poslab.report import find_summaries
 
     tag = f"compare:{compare_id}"
     return [s for s in find_summaries(roots) if tag in s.config.get("logger", {}).get("tags", [])]
@@ -53,7 +55,6 @@ def compare_summaries(compare_id: str, roots: Sequence[str | Path]) -> list:
 def plan_dashboard(compare_id: str, summaries: Sequence, entity: str | None = None, project: str | None = None):
     """The panels for these runs; ``entity`` / ``project`` default to the runs' own logger settings."""
     from poslab.plugins import get_modality
-    from poslab.report_figures import VAL_CURVE
 
     if not summaries:
         raise PoslabError(f"no finished runs of comparison {compare_id}")
@@ -136,7 +137,6 @@ def build_report(plan: DashboardPlan):
 
 
 def main(argv: Sequence[str]) -> int:
-    import argparse
 
     parser = argparse.ArgumentParser(prog="poslab dashboard", description=__doc__.splitlines()[0])
     parser.add_argument("compare_id", help="the id `poslab compare` printed (its runs carry the tag compare:<id>)")
@@ -164,8 +164,6 @@ def main(argv: Sequence[str]) -> int:
             workspace.save()
             report.save()
         except Exception as exc:  # no server, no permission: W&B's own words
-            from poslab.errors import first_line
-
             raise PoslabError(f"W&B could not save the dashboard: {first_line(exc)}") from None
     except PoslabError as exc:
         print(f"poslab dashboard: error: {exc}", file=sys.stderr)

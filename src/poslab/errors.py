@@ -8,6 +8,7 @@ never a traceback. Bugs stay ordinary exceptions so they keep their traceback.
 from __future__ import annotations
 
 import difflib
+import re
 from collections.abc import Iterable
 
 
@@ -65,7 +66,6 @@ def memory_problem(exc: BaseException) -> str | None:
     """What an allocation failure asked for (``"447.0 GiB"``, or ``"more"``), or None when ``exc`` is not one:
     PyTorch reports a failed CPU allocation as a ``RuntimeError`` (``DefaultCPUAllocator: can't allocate
     memory: you tried to allocate N bytes``) and a CUDA one as ``torch.OutOfMemoryError``."""
-    import re
 
     text = str(exc)
     if not (isinstance(exc, MemoryError) or type(exc).__name__ == "OutOfMemoryError"

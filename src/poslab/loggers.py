@@ -14,13 +14,14 @@ from __future__ import annotations
 import netrc
 import os
 import shlex
+import sys
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
 from matplotlib.figure import Figure
 
-from poslab.errors import first_line
+from poslab.errors import ConfigError, PoslabError, first_line
 from poslab.plots import save_figure
 
 WANDB_MODES = ("online", "offline", "disabled")
@@ -96,8 +97,6 @@ def build_logger(cfg: Any, run_dir: Path, run_name: str, job_type: str = "train"
         return TensorBoardLogger(save_dir=run_dir, name="tensorboard", version="", default_hp_metric=False)
     env = os.environ.get("WANDB_MODE")
     if env is not None and env.lower() not in (*WANDB_MODES, "dryrun", "run", ""):
-        from poslab.errors import ConfigError
-
         raise ConfigError(f"WANDB_MODE={env} is not a W&B mode; valid: {', '.join(WANDB_MODES)}")
     mode = effective_wandb_mode(resolve_wandb_mode(cfg.logger.mode))
     logger, _ = start_run_with_fallback(
@@ -127,11 +126,8 @@ def start_run_with_fallback(start, mode: str, folder: Path):
         return start(mode), mode
     except Exception as exc:
         if mode != "online":
-            from poslab.errors import PoslabError
-
             raise PoslabError(f"W&B could not start ({mode}): {first_line(exc)}") from None
         _online_failure = first_line(exc)
-        import sys
 
         print(
             f"poslab: W&B could not start online ({_online_failure}); this run logs offline — "

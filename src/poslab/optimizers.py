@@ -13,6 +13,7 @@ from typing import Annotated, Any, Literal
 import torch
 from torch import nn
 
+from poslab.errors import ConfigError, did_you_mean
 from poslab.options import keyword_options, signature_schema
 from poslab.ranges import AT_LEAST_0, FRACTION, POSITIVE
 
@@ -51,7 +52,6 @@ def optimizers() -> dict[str, type[torch.optim.Optimizer]]:
 def optimizer_schema(name: str) -> type:
     """``optim.*`` for optimiser ``name``: poslab's keys and the optimiser's constructor arguments, its
     defaults (sparse: a config holds what it sets)."""
-    from poslab.errors import ConfigError, did_you_mean
 
     known = optimizers()
     if name not in known:

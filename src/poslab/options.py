@@ -10,6 +10,7 @@ the YAML only sets values.
 
 from __future__ import annotations
 
+import enum
 import inspect
 import types
 import typing
@@ -18,6 +19,8 @@ from dataclasses import field, make_dataclass
 from typing import Any, Literal, Optional, Union
 
 from omegaconf import MISSING
+
+from poslab.ranges import with_ranges
 
 
 def keyword_options(fn: Callable, supplied: tuple[str, ...] = ()) -> dict[str, inspect.Parameter]:
@@ -61,7 +64,6 @@ def signature_schema(
     ``skip``, are left out), after the ``leading`` ``(key, type, field)`` entries; defaults are ``fn``'s unless
     ``defaults`` overrides them, and ``ranges`` (:mod:`poslab.ranges`) declares the ranges a library's
     signature cannot. ``choices`` rides along: the listed values of ``Literal`` arguments."""
-    from poslab.ranges import with_ranges
 
     target = fn.__init__ if isinstance(fn, type) else fn
     hints = typing.get_type_hints(target)
@@ -83,7 +85,6 @@ def signature_schema(
 
 def plain_default(value: Any) -> Any:
     """A default as a YAML value: an enum's value, an object (``torch.device('cpu')``) as its string."""
-    import enum
 
     if isinstance(value, enum.Enum):
         return value.value

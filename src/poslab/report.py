@@ -9,11 +9,16 @@ and draws the curves the runs measured (:mod:`poslab.report_figures`).
 from __future__ import annotations
 
 import statistics
+import sys
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from poslab.errors import PoslabError
+from poslab.expectations import Expectation
+from poslab.summary import read_summary
 
 if TYPE_CHECKING:
     from poslab.summary import RunSummary
@@ -80,9 +85,6 @@ class Group:
 def find_summaries(paths: Iterable[str | Path], warn=None) -> list[RunSummary]:
     """Every training ``summary.json`` under ``paths`` (evaluation runs are left out). One that cannot be
     read, or lacks a key a report needs, is skipped with one line to ``warn`` (stderr by default)."""
-    import sys
-
-    from poslab.summary import read_summary
 
     warn = warn or (lambda line: print(line, file=sys.stderr))
     found = []
@@ -168,7 +170,6 @@ def group_means(group: Group) -> dict[str, float]:
 
 def check_expectations(groups: Sequence[Group]) -> list[tuple[str, str, bool | None, str]]:
     """(expectation, encoder, held, detail) for the expectations the runs' config states."""
-    from poslab.expectations import Expectation
 
     stated = next((g.runs[0]["config"].get("expect") for g in groups if g.runs[0]["config"].get("expect")), [])
     means = {g.label: group_means(g) for g in groups}
@@ -214,8 +215,6 @@ def build_report(paths: Iterable[str | Path], out_root: str | Path = "reports", 
 
     summaries = find_summaries(paths)
     if not summaries:
-        from poslab.errors import PoslabError
-
         raise PoslabError(
             f"no finished training runs (summary.json with kind=train) under {', '.join(map(str, paths))}"
         )

@@ -16,7 +16,10 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from poslab.errors import ConfigError
+from poslab.config import recompose, to_dict
+from poslab.errors import ConfigError, DataError, first_line
+from poslab.policy import changeable_on_resume, rule
+from poslab.rundir import write_json_atomic, write_text_atomic
 
 CONFIG_FILE = "config.yaml"
 RECORD_FILE = "run.json"
@@ -56,8 +59,6 @@ def resumed_config(cfg: DictConfig, overrides: list[str] | tuple[str, ...]) -> D
     Only keys :mod:`poslab.policy` lets a resumed run change may differ from the stored run; anything else
     is one error line listing the keys.
     """
-    from poslab.config import recompose, to_dict
-    from poslab.policy import changeable_on_resume, rule
 
     run_dir = find_run(cfg)
     stored = stored_config(run_dir, cfg.resume)
@@ -97,7 +98,6 @@ def resumed_config(cfg: DictConfig, overrides: list[str] | tuple[str, ...]) -> D
 
 def stored_config(run_dir: Path, target: Any) -> dict[str, Any]:
     """The run's ``config.yaml`` as a dict; unreadable or not a poslab config is one line."""
-    from poslab.errors import first_line
 
     try:
         stored = OmegaConf.to_container(OmegaConf.load(run_dir / CONFIG_FILE), resolve=True)
@@ -118,7 +118,6 @@ def differing_keys(a: Any, b: Any, prefix: str = "") -> list[str]:
 
 def write_record(run_dir: Path, cfg: DictConfig, wandb_id: str) -> None:
     """``config.yaml`` and ``run.json``: what a later ``resume=`` reads."""
-    from poslab.rundir import write_json_atomic, write_text_atomic
 
     write_text_atomic(run_dir / CONFIG_FILE, OmegaConf.to_yaml(cfg))
     write_json_atomic(run_dir / RECORD_FILE, {"wandb_id": wandb_id})
@@ -126,7 +125,6 @@ def write_record(run_dir: Path, cfg: DictConfig, wandb_id: str) -> None:
 
 def read_record(run_dir: Path) -> dict[str, Any]:
     """``run.json``; one that cannot be read is one line saying how to go on without it."""
-    from poslab.errors import DataError
 
     path = run_dir / RECORD_FILE
     if not path.exists():

@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from poslab.errors import ConfigError, DataError
+from poslab.errors import ConfigError, DataError, first_line
 
 #: DDP children re-run the command; they find the run name here.
 RUN_NAME_ENV = "POSLAB_RUN_NAME"
@@ -230,8 +230,6 @@ def verify_by_loading(path: Path) -> None:
     try:
         payload = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # truncated, empty, not a checkpoint
-        from poslab.errors import first_line
-
         reason = first_line(exc).split(". ")[0]
         raise DataError(f"cannot read checkpoint {path}: {reason} (and it {why} to check it by)") from None
     learned = {k: payload[k] for k in LEARNED_STATE if isinstance(payload, dict) and k in payload}

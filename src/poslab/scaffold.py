@@ -24,12 +24,15 @@ fail on them, naming them. Nothing is overwritten.
 
 from __future__ import annotations
 
+import argparse
 import keyword
 import re
 import sys
+from importlib import resources
 from pathlib import Path
 
-from poslab.errors import ConfigError
+from poslab.data.sources import source_modules
+from poslab.errors import ConfigError, PoslabError
 
 #: hook -> (the method to write, its signature, what it returns)
 HOOKS = {
@@ -135,7 +138,6 @@ def test_{name}_reads_the_values_its_file_holds(tmp_path, accept_any_checksum):
 def new_dataset(name: str, modality: str, root: Path | str = ".") -> list[Path]:
     """Write the two files for data source ``name`` of ``modality`` under ``root``; a one-line error for a bad
     name, a modality without data sources or a name taken (nothing is written then)."""
-    from poslab.data.sources import source_modules
 
     _check_name(name, "dataset")
     packages = source_modules()
@@ -244,7 +246,6 @@ register_modality(MODALITY)
 def new_modality(name: str, root: Path | str = ".") -> list[Path]:
     """Write a working modality ``name`` under ``root`` from the template; a one-line error for a bad name,
     a modality that exists or a file that does (nothing is written then)."""
-    from importlib import resources
 
     from poslab.plugins import available_modalities
 
@@ -265,9 +266,6 @@ def renamed(text: str, name: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    import argparse
-
-    from poslab.errors import PoslabError
 
     parser = argparse.ArgumentParser(prog="poslab new", description=__doc__.splitlines()[0])
     kinds = parser.add_subparsers(dest="kind", required=True, metavar="{encoder,dataset,modality}")

@@ -19,6 +19,7 @@ from omegaconf import MISSING
 
 from poslab.options import option_fields
 from poslab.ranges import AT_LEAST_0, AT_LEAST_1, FRACTION, POSITIVE, SEED, Range  # noqa: F401  (re-exported)
+from poslab.trainer_schema import trainer_schema
 
 Number = Union[int, float]
 
@@ -44,7 +45,6 @@ SIGNATURE_NODES: dict[str, Any] = {
 
 
 def _trainer_schema() -> type:
-    from poslab.trainer_schema import trainer_schema
 
     return trainer_schema()
 

@@ -29,14 +29,22 @@ the facts that modality's data gives it. Learned encoders are shown as initialis
 
 from __future__ import annotations
 
+import argparse
+import json
 import math
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from poslab.config import compose, modality_positions, to_dict
+from poslab.encoders import build_encoder_in_context, encoder_class
 from poslab.encoders.base import PositionEncoder
+from poslab.errors import ConfigError, PoslabError
+from poslab.evaluation.similarity import position_similarity
+from poslab.plugins import available_modalities, get_modality
 from poslab.positions import Positions
 
 #: Grids with at most this many tokens are drawn as a grid of grids (ViT Fig. 7); larger ones by one reference token.
@@ -69,10 +77,6 @@ def default_modality(name: str) -> str:
     """Where ``poslab show`` draws an encoder: the modality declaring the field it reads as the one it shows
     (``Modality.shows``); else (an encoder reading no field, a field no modality declares) the simplest of
     those it fits, providing the fewest position fields, showing modalities first, then by name."""
-    from poslab.config import modality_positions
-    from poslab.encoders import encoder_class
-    from poslab.errors import ConfigError
-    from poslab.plugins import available_modalities, get_modality
 
     reads = encoder_class(name).reads  # an unknown encoder: its own one-line error
     fitting = []
@@ -91,12 +95,9 @@ def default_modality(name: str) -> str:
 
 
 def canvas_of(modality: str, length: int | None) -> Canvas:
-    from poslab.plugins import get_modality
 
     show = get_modality(modality).piece("show")
     if show is None:
-        from poslab.errors import ConfigError
-
         raise ConfigError(f"modality '{modality}' has nothing for poslab show to draw")
     return show(length)
 
@@ -104,8 +105,6 @@ def canvas_of(modality: str, length: int | None) -> Canvas:
 def build(name: str, dim: int, heads: int, canvas: Canvas, options: list[str], modality: str) -> PositionEncoder:
     """The encoder as a run of ``modality`` composes it (YAML defaults, then ``key=value`` options, validated:
     an unknown encoder or option is the config's own one-line error naming the choices)."""
-    from poslab.config import compose, to_dict
-    from poslab.encoders import build_encoder_in_context
 
     encoder = to_dict(compose([f"modality={modality}", f"encoder={name}", *(f"encoder.{o}" for o in options)]).encoder)
     return build_encoder_in_context(
@@ -119,7 +118,6 @@ nan = float("nan")
 @torch.no_grad()
 def describe(encoder: PositionEncoder, canvas: Canvas, modality: str = "") -> dict[str, Any]:
     """The numbers behind the figure, as plain lists (``--json``)."""
-    from poslab.evaluation.similarity import position_similarity
 
     length, pos = canvas.length, canvas.positions
     hooks = encoder.hooks()
@@ -280,12 +278,8 @@ def grid_figure(numbers: dict[str, Any]):
 
 
 def main(argv: list[str] | None = None) -> int:
-    import argparse
-    import json
-    import sys
 
     from poslab import plots
-    from poslab.errors import PoslabError
 
     parser = argparse.ArgumentParser(prog="poslab show", description=__doc__.splitlines()[0])
     parser.add_argument("encoder", help="any registered encoder (poslab list)")

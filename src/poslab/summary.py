@@ -14,6 +14,8 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from poslab.rundir import write_json_atomic
+
 #: The version of the file's shape. 1: files written before the field existed (same keys otherwise).
 SCHEMA_VERSION = 2
 #: Top-level numbers that a logger also holds under these keys (besides every entry of ``metrics``).
@@ -79,7 +81,6 @@ class RunSummary(Mapping):
 
     def write(self, run_dir: str | Path) -> Path:
         """``<run_dir>/summary.json``, replaced atomically."""
-        from poslab.rundir import write_json_atomic
 
         return write_json_atomic(Path(run_dir) / "summary.json", self.to_json())
 

@@ -12,14 +12,15 @@ from __future__ import annotations
 import sys
 from typing import Any
 
+from poslab import __name__ as package
+from poslab.errors import ConfigError, PoslabError
+from poslab.tasks import task_class
+
 
 def sweep_config(modality: str, encoders: list[str] | None = None, seeds: int | None = None,
                  overrides: list[str] | tuple[str, ...] = ()) -> dict[str, Any]:  # fmt: skip
     """The W&B sweep for the grid ``poslab compare`` would run with the same arguments."""
-    from poslab import __name__ as package
     from poslab.compare import plan
-    from poslab.errors import ConfigError
-    from poslab.tasks import task_class
 
     grid = plan(modality, encoders, seeds, list(overrides))
     cfg = grid[0][2]
@@ -55,11 +56,8 @@ def sweep_config(modality: str, encoders: list[str] | None = None, seeds: int | 
 
 
 def main(argv: list[str] | None = None) -> int:
-    import sys
 
     from omegaconf import OmegaConf
-
-    from poslab.errors import PoslabError
 
     special, overrides = {}, []
     for item in argv or []:

@@ -14,7 +14,9 @@ import logging
 import os
 import secrets
 import signal
+import sys
 import time
+import traceback
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -25,9 +27,11 @@ import torch
 from omegaconf import DictConfig
 
 from poslab import __version__, interrupts
+from poslab.callback_presets import RunFacts, build_callbacks
 from poslab.config import recompose, to_dict
+from poslab.data import build_datamodule
 from poslab.errors import ConfigError, PoslabError, RunInterrupted, RunStopped, first_line, memory_problem
-from poslab.loggers import define_summaries, log_final
+from poslab.loggers import build_logger, define_summaries, finish_logger, log_final, resolve_wandb_mode, wandb_info
 from poslab.resume import LAST_CHECKPOINT, read_record, write_record
 from poslab.rundir import (
     RUN_NAME_ENV,
@@ -39,6 +43,8 @@ from poslab.rundir import (
     verify_digest,
 )
 from poslab.summary import RunSummary
+from poslab.tasks import build_task, task_from_checkpoint
+from poslab.trainer_schema import TRAINER_DEFAULTS
 
 warnings.filterwarnings("ignore", ".*does not have many workers.*")  # in-memory data: workers only cost
 warnings.filterwarnings("ignore", ".*LeafSpec.*deprecated.*")
@@ -62,12 +68,8 @@ def train(cfg: DictConfig) -> dict[str, Any]:
 
 
 def _train(cfg: DictConfig) -> dict[str, Any]:
-    import os
 
     import lightning as L
-
-    from poslab.data import build_datamodule
-    from poslab.tasks import build_task
 
     start = time.perf_counter()
     check_accelerator(cfg)
@@ -108,7 +110,6 @@ def _fit_and_test(cfg, datamodule, task, run_dir: Path, name: str, logger: Any, 
     from lightning.pytorch.callbacks import LearningRateMonitor
     from lightning.pytorch.utilities.exceptions import SIGTERMException
 
-    from poslab.callback_presets import RunFacts, build_callbacks
     from poslab.callbacks import (
         EncoderFigure,
         FiniteLoss,
@@ -173,7 +174,6 @@ def _fit_and_test(cfg, datamodule, task, run_dir: Path, name: str, logger: Any, 
 def raised_by_lightning(exc: BaseException) -> bool:
     """Whether Lightning's own code raised ``exc`` (its checks of the settings against the data, such as
     ``val_check_interval`` longer than an epoch), not the model or the data code it called."""
-    import traceback
 
     frames = traceback.extract_tb(exc.__traceback__)
     return bool(frames) and f"{os.sep}lightning{os.sep}pytorch{os.sep}" in frames[-1].filename
@@ -242,8 +242,6 @@ def evaluate(ckpt: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> d
 
 
 def _evaluate(ckpt: str | Path, overrides) -> RunSummary:
-    from poslab.data import build_datamodule
-    from poslab.tasks import task_from_checkpoint
 
     start = time.perf_counter()
     path = Path(ckpt)
@@ -297,7 +295,6 @@ def logged_run(
 ) -> Iterator[Any]:
     """The run's logger, always finished; on bad input the run directory is removed (unless ``keep``:
     a resumed run's directory holds earlier work, and an interrupted one its checkpoint)."""
-    from poslab.loggers import build_logger, finish_logger
 
     logger = None
     try:
@@ -344,7 +341,6 @@ def check_accelerator(cfg: DictConfig) -> None:
 
 def _check_device_settings(cfg: DictConfig) -> None:
     """Let Lightning's own connector judge accelerator / devices / strategy / precision / nodes."""
-    import logging
 
     try:
         from lightning.pytorch.trainer.connectors.accelerator_connector import _AcceleratorConnector
@@ -378,13 +374,11 @@ def _check_gpu_present(cfg: DictConfig, accelerator: str) -> None:
 
 def trainer_arguments(cfg: DictConfig) -> dict[str, Any]:
     """The ``lightning.Trainer`` arguments a config sets, on poslab's defaults (the rest stay Lightning's)."""
-    from poslab.trainer_schema import TRAINER_DEFAULTS
 
     return {**TRAINER_DEFAULTS, **{k: v for k, v in to_dict(cfg.trainer).items() if k != "name"}}
 
 
 def build_trainer(cfg: DictConfig, run_dir: Path, logger: Any, callbacks: list):
-    import sys
 
     import lightning as L
     from lightning.pytorch.callbacks import RichProgressBar
@@ -415,8 +409,6 @@ def scalar_metrics(metrics: dict[str, Any]) -> dict[str, float]:
 def build_summary(kind, cfg, run_dir, name, trainer, task, reporters, metrics, checkpoints, start) -> RunSummary:
     """The run's :class:`~poslab.summary.RunSummary`: ``metrics`` plus what every reporter added."""
     import lightning as L
-
-    from poslab.loggers import resolve_wandb_mode, wandb_info
 
     merged: dict[str, dict[str, Any]] = {"metrics": dict(metrics), "tables": {}, "figures": {}, "history": {},
                                          "curves": {}}  # fmt: skip

@@ -18,6 +18,7 @@ from typing import Any, Union
 
 from omegaconf import MISSING
 
+from poslab import trainer_arguments
 from poslab.options import SCALARS, config_type, keyword_options, literal_choices, plain_default
 from poslab.ranges import AT_LEAST_0, AT_LEAST_1, POSITIVE, Range, with_ranges
 
@@ -73,7 +74,6 @@ def live_arguments() -> list[tuple[str, Any, Any, tuple | None]]:
 
 def arguments() -> list[tuple[str, Any, Any, tuple | None]]:
     """The generated table when it was made for the installed Lightning, else the live signature."""
-    from poslab import trainer_arguments
 
     if trainer_arguments.LIGHTNING == metadata.version("lightning"):
         return list(trainer_arguments.ARGUMENTS)

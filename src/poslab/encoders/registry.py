@@ -16,6 +16,8 @@ from typing import Any
 from poslab import entry_points
 from poslab.config_files import group_choices
 from poslab.encoders.base import PositionEncoder
+from poslab.encoders.composite import CompositeEncoder
+from poslab.encoders.layered import LayeredEncoder
 from poslab.errors import ConfigError, did_you_mean
 from poslab.options import keyword_options
 
@@ -75,8 +77,6 @@ def members_of(name: str) -> list[str]:
 
 def _combine(name: str, dim: int, num_heads: int, members: dict[str, PositionEncoder]) -> PositionEncoder:
     if LAYER_SEPARATOR in name:
-        from poslab.encoders.layered import LayeredEncoder
-
         return LayeredEncoder(dim, num_heads, members, name.split(LAYER_SEPARATOR))
     return encoder_class(name)(dim=dim, num_heads=num_heads, members=members)
 
@@ -97,7 +97,6 @@ def encoder_class(name: str, modality: str | None = None) -> type[PositionEncode
             )
         for member in members_of(name):
             encoder_class(member, modality)
-        from poslab.encoders.layered import LayeredEncoder
 
         return LayeredEncoder
     if SEPARATOR in name:
@@ -106,7 +105,6 @@ def encoder_class(name: str, modality: str | None = None) -> type[PositionEncode
             raise ConfigError(f"encoder '{name}': a composite lists distinct encoders joined by '{SEPARATOR}'")
         for member in members:
             encoder_class(member, modality)
-        from poslab.encoders.composite import CompositeEncoder
 
         return CompositeEncoder
     if name not in _REGISTRY:

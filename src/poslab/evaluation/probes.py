@@ -18,8 +18,12 @@ from typing import Any
 
 import lightning as L
 import torch
+from lightning.pytorch.overrides.distributed import UnrepeatedDistributedSamplerWrapper
+from lightning.pytorch.trainer.states import RunningStage
+from lightning.pytorch.utilities.data import _update_dataloader
 from matplotlib.figure import Figure
 from torch import nn
+from torch.utils.data import DataLoader
 from torchmetrics import MeanMetric, Metric
 
 from poslab import interrupts, plots
@@ -142,13 +146,9 @@ class ProbePass(L.LightningModule):
 def distributed(loader: Iterable, trainer: L.Trainer) -> Iterable:
     """Under DDP, each rank's share of ``loader`` without the padding Lightning's test sampler adds
     (a repeated item would change the mean), the order within each share kept."""
-    from torch.utils.data import DataLoader
 
     if trainer.world_size <= 1 or not isinstance(loader, DataLoader) or not hasattr(loader.dataset, "__len__"):
         return loader
-    from lightning.pytorch.overrides.distributed import UnrepeatedDistributedSamplerWrapper
-    from lightning.pytorch.trainer.states import RunningStage
-    from lightning.pytorch.utilities.data import _update_dataloader
 
     sampler = UnrepeatedDistributedSamplerWrapper(
         loader.sampler, num_replicas=trainer.world_size, rank=trainer.global_rank, shuffle=False

@@ -5,6 +5,7 @@ from __future__ import annotations
 from poslab import plots
 from poslab.evaluation.probes import Evaluation, Probe
 from poslab.loggers import log_line_chart
+from poslab.modalities.text.lengen import BASE, encoder_swapped, length_passes, usable_extensions
 
 
 class LengthGeneralization(Evaluation):
@@ -17,7 +18,6 @@ class LengthGeneralization(Evaluation):
         self.extensions = list(eval_cfg["rope_scaling"])
 
     def probes(self, trainer, task):
-        from poslab.modalities.text.lengen import BASE, encoder_swapped, length_passes
 
         datamodule, encoder = trainer.datamodule, task.encoder
         for step in length_passes(encoder, self.multiples, self.extensions):
@@ -39,7 +39,6 @@ class LengthGeneralization(Evaluation):
             )
 
     def summarize(self, trainer, task, results) -> None:
-        from poslab.modalities.text.lengen import BASE, usable_extensions
 
         if not results:
             return

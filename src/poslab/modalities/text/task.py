@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 from torchmetrics import MeanMetric
 
+from poslab.modalities.text.lengen import as_generated
 from poslab.modalities.text.model import CausalLM
 from poslab.options import pick_options
 from poslab.tasks.base import PositionTask
@@ -66,7 +67,6 @@ class LanguageModel(PositionTask):
         from the training ``context`` (see :func:`poslab.modalities.text.lengen.as_generated`)."""
         if not generated:
             return self(batch["tokens"], batch["pos"])
-        from poslab.modalities.text.lengen import as_generated
 
         return as_generated(self, batch["tokens"], batch["pos"], context)
 

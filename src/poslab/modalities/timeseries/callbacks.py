@@ -7,6 +7,10 @@ import torch
 
 from poslab import plots
 from poslab.evaluation.probes import Buckets, Evaluation, Probe
+from poslab.modalities.timeseries.baselines import fit_ridge, forecast_errors, stack_windows
+from poslab.modalities.timeseries.data import seasonal_steps
+from poslab.modalities.timeseries.probes import drop_steps, irregular_lookback
+from poslab.timestamps import calendar_fields
 
 WEEKDAYS = ["Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"]
 
@@ -26,8 +30,6 @@ class ForecastReport(Evaluation):
         self.notes: list[list[str]] = []
 
     def probes(self, trainer, task):
-        from poslab.modalities.timeseries.data import seasonal_steps
-        from poslab.modalities.timeseries.probes import drop_steps, irregular_lookback
 
         dm = trainer.datamodule
         seasons = seasonal_steps(dm.step_seconds)
@@ -71,7 +73,6 @@ class ForecastReport(Evaluation):
     def _baselines(self, dm, seasons, lookback=None, horizon=None):
         """batch -> baseline name -> forecast error, the ridge map fitted (closed form) on the training
         windows of this shape first."""
-        from poslab.modalities.timeseries.baselines import fit_ridge, forecast_errors, stack_windows
 
         train_past, train_future, _ = stack_windows(dm.windows("train", lookback, horizon))
         weights = fit_ridge(train_past, train_future, self.ridge)
@@ -99,7 +100,6 @@ class ForecastReport(Evaluation):
 
 def _weekday_hour(batch) -> torch.Tensor:
     """The weekday x hour cell (0..167) of every target step."""
-    from poslab.timestamps import calendar_fields
 
     fields = calendar_fields(batch["pos_future"].times)
     return fields["weekday"] * 24 + fields["hour"]

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from omegaconf import OmegaConf
+
 from poslab.evaluation.probes import Evaluation, Probe
+from poslab.modalities.video.data import VideoDataModule
 
 
 class ExtrapolationProbe(Evaluation):
@@ -19,9 +22,6 @@ class ExtrapolationProbe(Evaluation):
         self.sizes = {"temporal": list(cfg.eval.frames), "spatial": list(cfg.eval.canvases)}
 
     def probes(self, trainer, task):
-        from omegaconf import OmegaConf
-
-        from poslab.modalities.video.data import VideoDataModule
 
         for family, sizes in self.sizes.items():
             data_key, _ = self.FAMILIES[family]

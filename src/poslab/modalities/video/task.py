@@ -6,6 +6,7 @@ from typing import Any
 
 from torch import nn
 
+from poslab.modalities.video.callbacks import ExtrapolationProbe
 from poslab.modalities.video.model import VideoViT
 from poslab.modalities.vision.model import ViT
 from poslab.options import pick_options
@@ -27,6 +28,5 @@ class VideoClassifier(Classifier):
         )
 
     def evaluations(self, cfg) -> list:
-        from poslab.modalities.video.callbacks import ExtrapolationProbe
 
         return [*super().evaluations(cfg), ExtrapolationProbe(cfg)]

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from omegaconf import OmegaConf
+
 from poslab.evaluation.probes import Evaluation, Probe
+from poslab.modalities.vision.data import VisionDataModule
 
 
 class ResolutionReport(Evaluation):
@@ -15,9 +18,6 @@ class ResolutionReport(Evaluation):
         self.sizes = list(cfg.eval.image_sizes)
 
     def probes(self, trainer, task):
-        from omegaconf import OmegaConf
-
-        from poslab.modalities.vision.data import VisionDataModule
 
         for size in self.sizes:
             for mode in ("raw", "rescaled"):

@@ -6,6 +6,7 @@ from typing import Any
 
 from torch import nn
 
+from poslab.modalities.vision.callbacks import ResolutionReport
 from poslab.modalities.vision.model import ViT
 from poslab.options import pick_options
 from poslab.tasks.classification import Classifier
@@ -17,6 +18,5 @@ class ImageClassifier(Classifier):
         return ViT(encoder, in_chans=in_chans, num_classes=num_classes, patch_size=cfg["data"]["patch_size"], **options)
 
     def evaluations(self, cfg) -> list:
-        from poslab.modalities.vision.callbacks import ResolutionReport
 
         return [*super().evaluations(cfg), ResolutionReport(cfg)]

@@ -19,6 +19,7 @@ A module added to this package registers one more source (``make new-dataset``);
 from __future__ import annotations
 
 import importlib.util
+import random
 import re
 import zipfile
 from collections.abc import Callable
@@ -119,7 +120,6 @@ def load_textfile(root: Path, download: bool, path: str | None = None) -> TextSp
 
 def sample_text(chars: int = 30_000, seed: int = 0) -> str:
     """Seeded lines of words: a stand-in corpus with line breaks and punctuation."""
-    import random
 
     rng = random.Random(seed)
     words = ["the", "king", "shall", "speak", "to", "thee", "my", "lord", "and", "what", "is", "love", "o", "night"]

@@ -13,6 +13,7 @@ A module added to this package registers one more source (``make new-dataset``);
 from __future__ import annotations
 
 import os
+import pickle
 import shutil
 import struct
 import tempfile
@@ -160,7 +161,6 @@ def _sample_idx(folder: str, train: int = 600, test: int = 100) -> Callable[[Pat
 
 def sample_cifar10(root: Path, per_batch: int = 120, test: int = 100) -> list[str]:
     """torchvision's CIFAR-10 layout: five pickled training batches, a test batch and the label names."""
-    import pickle
 
     folder = root / "cifar-10-batches-py"
     folder.mkdir(parents=True, exist_ok=True)
