@@ -12,7 +12,8 @@ checkpoint of half a step, a resume that differs), and Lightning would exit 1. S
   once: nothing is half-written there (every file is replaced atomically).
 
 The first signal is what the run reports: ``exit 128 + signal`` (130, 143, 138) and the resume line.
-Under SLURM with Lightning's auto-requeue, SIGUSR1 stays Lightning's (it saves, requeues and exits).
+Under SLURM, SIGUSR1 (``#SBATCH --signal=USR1@90``) takes the same path, and the run then requeues its job
+(``poslab.cluster.requeue``), which resumes the run when it starts again.
 """
 
 from __future__ import annotations
@@ -60,11 +61,6 @@ def _handler(signum: int, frame: Any) -> None:
         raise RunInterrupted(f"interrupted by {signal.Signals(signum).name}", signum)
 
 
-def _signals() -> tuple[int, ...]:
-    """Under SLURM, SIGUSR1 is Lightning's requeue signal: left to it."""
-    return tuple(s for s in SIGNALS if not (s == signal.SIGUSR1 and "SLURM_JOB_ID" in os.environ))
-
-
 @contextmanager
 def handled() -> Iterator[None]:
     """Install the handlers for the duration of a command (nested: the outer ones stay)."""
@@ -73,7 +69,7 @@ def handled() -> Iterator[None]:
         yield
         return
     _received = None
-    previous = {s: signal.getsignal(s) for s in _signals()}
+    previous = {s: signal.getsignal(s) for s in SIGNALS}
     for s in previous:
         signal.signal(s, _handler)
     try:

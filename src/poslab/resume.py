@@ -138,3 +138,19 @@ def read_record(run_dir: Path) -> dict[str, Any]:
     if not isinstance(record, dict):
         raise DataError(f"{path} is not a poslab run record; remove it to continue the run in a new W&B run")
     return record
+
+
+def relaunched_config(cfg: DictConfig, run_dir: Path) -> DictConfig:
+    """``cfg`` continuing ``run_dir``, the unfinished run its SLURM job or torchrun launch made before it was
+    requeued or restarted: the same command, so the same config (what :mod:`poslab.policy` lets a resumed
+    run change aside)."""
+    stored = stored_config(run_dir, str(run_dir))
+    changed = [k for k in differing_keys(stored, to_dict(cfg)) if not rule(k).resume]
+    if changed:
+        raise ConfigError(
+            f"{run_dir} is this job's run, but its {CONFIG_FILE} differs in {', '.join(changed[:SHOWN])}: continue "
+            f"it with resume={run_dir}, or give this job's run another run.name"
+        )
+    resumed = cfg.copy()
+    resumed.resume, resumed.run.name = str(run_dir), run_dir.name
+    return resumed

@@ -14,25 +14,38 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from poslab import cluster
+from poslab.cluster import RUN_NAME_ENV, is_child_rank  # noqa: F401  (re-exported: where runs are named)
 from poslab.errors import ConfigError, DataError, first_line
 
-#: DDP children re-run the command; they find the run name here.
-RUN_NAME_ENV = "POSLAB_RUN_NAME"
 
-
-def run_name(cfg: Any) -> str:
-    """``run.name``, or ``<encoder>-s<seed>-<date>-<time>-<4 hex>`` (unique per launch)."""
+def run_name(cfg: Any, config_digest: str = "") -> str:
+    """``run.name``; under SLURM or torchrun ``<encoder>-s<seed>-<config digest>-<launch>`` (``job1234``,
+    ``torchrun-98c5014d``: every rank derives the same, and a requeued job finds it again); else
+    ``<encoder>-s<seed>-<date>-<time>-<4 hex>`` (unique per launch; Lightning's DDP children inherit it)."""
     if cfg.run.name:
         return cfg.run.name
+    launch = cluster.current()
+    if launch.tag:
+        return f"{cfg.encoder.name}-s{cfg.seed}-{config_digest[:6]}-{launch.tag}".replace("--", "-")
     inherited = os.environ.get(RUN_NAME_ENV)
     if inherited and "LOCAL_RANK" in os.environ:
         return inherited
     return f"{cfg.encoder.name}-s{cfg.seed}-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
 
 
-def is_child_rank() -> bool:
-    """A DDP process other than the one that launched the run (they share its directory)."""
-    return any(int(os.environ.get(k, "0") or 0) > 0 for k in ("LOCAL_RANK", "NODE_RANK", "RANK"))
+def launch_wandb_id(run_dir: Path) -> str:
+    """The W&B run id of a launch's run, the same on every rank and after a requeue (a local run draws one)."""
+    return hashlib.sha256(str(run_dir).encode()).hexdigest()[:8]
+
+
+def resumable_launch_run(run_dir: Path) -> bool:
+    """A SLURM job or torchrun launch that finds its own run unfinished (requeued, restarted): it resumes it."""
+    return (
+        cluster.current().kind != "local"
+        and (run_dir / "checkpoints" / "last.ckpt").is_file()
+        and not (run_dir / "summary.json").exists()
+    )
 
 
 def create_run_dir(cfg: Any, name: str) -> Path:

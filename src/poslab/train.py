@@ -26,18 +26,21 @@ from typing import Any
 import torch
 from omegaconf import DictConfig
 
-from poslab import __version__, interrupts
+from poslab import __version__, cluster, interrupts
 from poslab.callback_presets import RunFacts, build_callbacks
-from poslab.config import recompose, to_dict
+from poslab.config import config_hash, recompose, to_dict
 from poslab.data import build_datamodule
 from poslab.errors import ConfigError, PoslabError, RunInterrupted, RunStopped, first_line, memory_problem
 from poslab.loggers import build_logger, define_summaries, finish_logger, log_final, resolve_wandb_mode, wandb_info
-from poslab.resume import LAST_CHECKPOINT, read_record, write_record
+from poslab.resume import LAST_CHECKPOINT, read_record, relaunched_config, write_record
 from poslab.rundir import (
     RUN_NAME_ENV,
     create_run_dir,
+    is_child_rank,
+    launch_wandb_id,
     recorded_digest,
     remove_run_dir,
+    resumable_launch_run,
     run_lock,
     run_name,
     verify_digest,
@@ -87,16 +90,23 @@ def _train(cfg: DictConfig) -> dict[str, Any]:
     if resuming:  # resume.resumed_config has checked the directory and the config
         run_dir, name = Path(cfg.resume), Path(cfg.resume).name
     else:
-        name = run_name(cfg)
-        run_dir = create_run_dir(cfg, name)
+        name = run_name(cfg, config_hash(to_dict(cfg), ignore=("run",)))
+        run_dir = (Path(cfg.run.root) / cfg.modality / name).resolve()
+        if resumable_launch_run(run_dir):  # a requeued SLURM job, a restarted torchrun: its own run, unfinished
+            cfg, resuming = relaunched_config(cfg, run_dir), True
+            if not is_child_rank():
+                print(f"resuming {run_dir}: this {cluster.current().kind} job's run, left unfinished", flush=True)
+        else:
+            run_dir = create_run_dir(cfg, name)
     os.environ[RUN_NAME_ENV] = name  # DDP children re-run the command and must find the same directory
     try:
         with run_lock(run_dir):
             if resuming:
                 wandb_id = read_record(run_dir).get("wandb_id")
             else:
-                wandb_id = secrets.token_hex(4)
-                write_record(run_dir, cfg, wandb_id)
+                wandb_id = launch_wandb_id(run_dir) if cluster.current().kind != "local" else secrets.token_hex(4)
+                if not is_child_rank():  # rank 0 records the run; the others join it
+                    write_record(run_dir, cfg, wandb_id)
             with logged_run(cfg, run_dir, name, "train", wandb_id=wandb_id, keep=resuming) as logger:
                 return _fit_and_test(cfg, datamodule, task, run_dir, name, logger, start)
     finally:
@@ -195,6 +205,9 @@ def interrupted_run(run_dir: Path, where: str) -> RunInterrupted:
     number = interrupts.received() or signal.SIGTERM
     name = signal.Signals(number).name
     if (run_dir / LAST_CHECKPOINT).is_file():
+        if number == signal.SIGUSR1 and cluster.under_slurm() and not is_child_rank():  # `#SBATCH --signal=USR1@90`
+            requeued = cluster.requeue(cluster.slurm_job())
+            return RunInterrupted(f"interrupted by {name} {where}; checkpoint saved; {requeued}", number)
         return RunInterrupted(
             f"interrupted by {name} {where}; checkpoint saved, continue with: poslab train resume={run_dir}", number
         )
@@ -336,6 +349,7 @@ def check_accelerator(cfg: DictConfig) -> None:
     accelerator = str(cfg.trainer.get("accelerator", "auto"))
     if accelerator in ("gpu", "cuda", "mps"):
         _check_gpu_present(cfg, accelerator)
+    cluster.check_world(int(cfg.trainer.get("num_nodes", 1)), cfg.trainer.get("devices", "auto"))
     _check_device_settings(cfg)
 
 
@@ -395,11 +409,21 @@ def build_trainer(cfg: DictConfig, run_dir: Path, logger: Any, callbacks: list):
             **kwargs,
             logger=logger if logger is not None else False,
             callbacks=callbacks,
-            plugins=[DigestedCheckpointIO()],  # each checkpoint with its SHA-256 beside it
+            plugins=[DigestedCheckpointIO(), *slurm_plugin()],  # each checkpoint with its SHA-256 beside it
             default_root_dir=str(run_dir),
         )
     except (MisconfigurationException, ValueError, TypeError) as exc:  # a value Lightning refuses
         raise ConfigError(f"trainer settings rejected (trainer={cfg.trainer.name}): {first_line(exc)}") from None
+
+
+def slurm_plugin() -> list:
+    """Under SLURM, Lightning's SLURM environment without its own requeue handler: SIGUSR1 takes poslab's one
+    interrupt path (checkpoint at a batch boundary, then ``scontrol requeue``: :func:`interrupted_run`)."""
+    if not cluster.under_slurm():
+        return []
+    from lightning.fabric.plugins.environments import SLURMEnvironment
+
+    return [SLURMEnvironment(auto_requeue=False)]
 
 
 def scalar_metrics(metrics: dict[str, Any]) -> dict[str, float]:

@@ -27,7 +27,7 @@ TRAINER_OWNED = {
     "logger": "logger=NAME (wandb, csv, tensorboard, none) and the logger.* keys",
     "callbacks": "the top-level callbacks list, e.g. callbacks=[early_stopping,lr_monitor]",
     "plugins": "poslab: its checkpoint IO writes a SHA-256 beside each checkpoint; precision is trainer.precision, "
-    "and Lightning detects the cluster environment",
+    "and Lightning detects the cluster environment (SLURM, torchrun)",
     "default_root_dir": "run.root and run.name",
     "enable_checkpointing": "poslab: best.ckpt and last.ckpt are always written (run.checkpoint_every_n_steps)",
 }
