@@ -12,6 +12,9 @@ READS    ?=
 ENCODERS ?=
 SEEDS    ?=
 ID       ?=
+# The PyTorch build: empty takes PyPI's (CUDA 12 on Linux x86, CPU elsewhere); a cluster whose driver needs
+# another CUDA names its index, e.g. TORCH_INDEX=https://download.pytorch.org/whl/cu118 (or .../whl/cpu).
+TORCH_INDEX ?=
 comma    := ,
 empty    :=
 space    := $(empty) $(empty)
@@ -33,10 +36,10 @@ help: ## list targets, modalities and encoders
 	@if [ -x $(BIN)/poslab ]; then echo "modalities and encoders (hooks they use):"; $(BIN)/poslab list | sed 's/^/  /'; \
 	else echo "(run 'make install' to list modalities and encoders)"; fi
 
-install: ## create .venv and install poslab with its dev tools (torch pinned)
+install: ## create .venv and install poslab with its dev tools (torch pinned; TORCH_INDEX=<url>: another CUDA build)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --upgrade pip
-	$(BIN)/pip install torch==2.14.1 torchvision==0.29.1
+	$(BIN)/pip install torch==2.14.1 torchvision==0.29.1 $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
 	$(BIN)/pip install -e '.[dev]'
 
 # The fast tier runs on every core (pytest-xdist, at most 8 workers), one torch thread per worker:

@@ -119,11 +119,13 @@ def test_every_hook_runs_on_the_meta_device(name, facts):
     assert scores.device == META and scores.shape == (LENGTH, LENGTH)
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16-mixed", "16-mixed"])
 @pytest.mark.parametrize("name", available_encoders())
-def test_every_hook_under_bf16_autocast_stays_finite_and_near_float32(name):
-    """trainer.precision=bf16-mixed runs the hooks under autocast: what each returns stays finite and within
-    bf16's rounding of its float32 result (an op without an autocast rule, such as matrix_exp, fed bf16 by
-    an autocast einsum, returns NaNs). On the CPU's autocast, which casts as CUDA's does."""
+def test_every_hook_under_mixed_precision_autocast_stays_finite_and_near_float32(name, dtype):
+    """trainer.precision=bf16-mixed (trainer=gpu) and 16-mixed (trainer=gpu16, GPUs without bf16) run the
+    hooks under autocast: what each returns stays finite and within the half type's rounding of its float32
+    result (an op without an autocast rule, such as matrix_exp, fed a half type by an autocast einsum,
+    returns NaNs; fp16 overflows past 65,504). On the CPU's autocast, which casts as CUDA's does."""
     torch.manual_seed(0)
     enc = build(name)
     pos = sample_positions(LENGTH, facts=True)
@@ -145,10 +147,10 @@ def test_every_hook_under_bf16_autocast_stays_finite_and_near_float32(name):
 
     with torch.no_grad():
         full = results()
-        with torch.autocast("cpu", dtype=torch.bfloat16):
+        with torch.autocast("cpu", dtype=dtype):
             mixed = results()
     for hook, value in mixed.items():
-        assert torch.isfinite(value).all(), f"{name}.{hook} under bf16 autocast"
+        assert torch.isfinite(value).all(), f"{name}.{hook} under {dtype} autocast"
         torch.testing.assert_close(value.float(), full[hook].float(), atol=5e-2, rtol=5e-2, msg=f"{name}.{hook}")
 
 
@@ -280,3 +282,33 @@ def test_range_checks_come_from_the_stated_facts_without_reading_the_device():
     coords = torch.empty(36, 2, device=META)
     with pytest.raises(PoslabError, match="reach row 5, col 5 but the table is 4x4"):
         table.encode_input(torch.empty(1, 36, 32, device=META), Positions(coords=coords, coords_grid=(6, 6)))
+
+
+@pytest.mark.parametrize("encoder", ["rope2d", "sincos2d", "learned2d", "liere"])
+def test_a_training_step_under_fp16_autocast_and_loss_scaling_stays_finite(tiny, encoder):
+    """trainer=gpu16 (16-mixed): fp16 autocast with a gradient scaler. Lightning runs 16-mixed as bf16 on a CPU,
+    so the step is taken here as Lightning's MixedPrecision takes it on a GPU: autocast, scaled backward,
+    unscaled step."""
+    from poslab.config import compose
+    from poslab.data import build_datamodule
+    from poslab.tasks import build_task
+
+    assert compose(["trainer=gpu16"]).trainer.precision == "16-mixed"
+    cfg = compose([*tiny, f"encoder={encoder}"])
+    datamodule = build_datamodule(cfg)
+    datamodule.prepare_data()
+    datamodule.setup("fit")
+    task = build_task(cfg, datamodule)
+    batch = datamodule.as_batch(next(iter(datamodule.train_dataloader())), training=True)
+    before = [p.detach().clone() for p in task.parameters()]
+    optimizer, scaler = torch.optim.AdamW(task.parameters(), lr=1e-3), torch.amp.GradScaler("cpu")
+    with torch.autocast("cpu", dtype=torch.float16):
+        loss = task.training_step(batch, 0)
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+    assert torch.isfinite(loss) and scaler.get_scale() == 65536.0  # no overflow: the scale was not cut
+    after = list(task.parameters())
+    assert all(torch.isfinite(p).all() for p in after) and any(
+        not p.equal(q) for p, q in zip(after, before, strict=True)
+    )

