@@ -15,6 +15,7 @@ from poslab import denormals
 from poslab.bench import main as bench_main
 from poslab.dashboard import main as dashboard_main
 from poslab.errors import PoslabError, RunInterrupted, first_line
+from poslab.grid import parse_worker
 from poslab.report import build_report
 from poslab.scaffold import main as new_main
 from poslab.sweep import main as sweep_main
@@ -30,6 +31,8 @@ examples:
   poslab eval ckpt=runs/vision/<run>/checkpoints/best.ckpt data.image_size=56 data.coords=raw
   poslab train modality=text encoder=alibi       text: length generalisation at 1x..8x the context
   poslab compare modality=vision seeds=3         every vision encoder x 3 seeds, then a report
+  poslab compare modality=vision workers=2       the same grid over 2 processes (one per GPU, if any)
+  poslab compare modality=vision worker=0/8      one of 8 independent jobs on one grid (a SLURM array)
   poslab report runs/text                        Markdown + PNG report from summary.json files
   poslab dashboard 20261201-101500-ab12          a W&B workspace + report for that comparison (online)
   poslab list                                    modalities and their encoders
@@ -186,17 +189,28 @@ def _compare(args: argparse.Namespace) -> int:
     special, overrides = {}, []
     for item in args.overrides:
         key, _, value = item.partition("=")
-        if key in ("modality", "encoders", "seeds"):
-            special[key] = OmegaConf.to_container(OmegaConf.from_dotlist([f"_={value}"]))["_"]
+        if key in ("modality", "encoders", "seeds", "workers", "worker"):
+            special[key] = (
+                value if key == "worker" else OmegaConf.to_container(OmegaConf.from_dotlist([f"_={value}"]))["_"]
+            )
         else:
             overrides.append(item)
     if "modality" not in special:
         raise PoslabError("poslab compare needs modality=<name>")
+    if "workers" in special:
+        count = special["workers"]
+        if not isinstance(count, int) or isinstance(count, bool) or count < 1 or "worker" in special:
+            raise PoslabError(f"workers={count!r} must be a number of processes >= 1 (and not given with worker=)")
+        if count > 1:
+            from poslab.workers import run_workers
+
+            return run_workers([a for a in args.overrides if not a.startswith("workers=")], count)
+    worker = parse_worker(special["worker"]) if "worker" in special else None
     encoders = special.get("encoders")
     if isinstance(encoders, str):
         encoders = [encoders]
     seeds = int(special["seeds"]) if "seeds" in special else None  # None: the experiment's compare_seeds
-    result = compare(special["modality"], encoders, seeds, overrides)
+    result = compare(special["modality"], encoders, seeds, overrides, worker=worker)
     return 1 if any(o.status == "failed" for o in result["outcomes"]) else 0
 
 

@@ -14,7 +14,6 @@ comparison table and the overlay charts.
 
 from __future__ import annotations
 
-import secrets
 import shlex
 import time
 import traceback
@@ -25,10 +24,11 @@ from typing import Any
 from poslab import interrupts
 from poslab.config import ALL_ENCODERS, compose, config_hash, to_dict
 from poslab.errors import ConfigError, RunInterrupted, first_line
+from poslab.grid import SharedGrid
 from poslab.plugins import get_modality
 from poslab.report import build_report, check_expectations, find_summaries, group_runs, metric_columns
 from poslab.resume import LAST_CHECKPOINT
-from poslab.rundir import RunInUse, remove_run_dir, run_in_use
+from poslab.rundir import RunInUse, clear_run_dir, run_lock
 
 
 @dataclass
@@ -93,13 +93,15 @@ def compare(
     overrides: list[str] | tuple[str, ...] = (),
     reports: str | Path = "reports",
     echo=print,
+    worker: tuple[int, int] | None = None,
 ) -> dict[str, Any]:
-    """Run (or resume) the grid; returns the outcomes, the report path and the comparison id. A signal
-    stops it (:class:`RunInterrupted`), and the same command continues."""
+    """Run (or resume) the grid; returns the outcomes, the report path and the comparison id. ``worker``
+    ``(I, N)``: one of N workers sharing the grid (:mod:`poslab.grid`). A signal stops it
+    (:class:`RunInterrupted`), and the same command continues."""
 
     with interrupts.handled():
         try:
-            return _compare(modality, encoders, seeds, overrides, reports, echo)
+            return _compare(modality, encoders, seeds, overrides, reports, echo, worker)
         except RunInterrupted as exc:  # while planning the grid or between its runs: nothing half-done
             if "poslab compare" in str(exc):
                 raise
@@ -109,67 +111,107 @@ def compare(
             ) from None
 
 
-def _compare(modality, encoders, seeds, overrides, reports, echo) -> dict[str, Any]:
-    from poslab.train import train
+#: How often a worker looks again at runs other workers are training (a claim freed by a killed worker).
+POLL_SECONDS = 2.0
 
-    compare_id = f"{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
+
+def _compare(modality, encoders, seeds, overrides, reports, echo, worker=None) -> dict[str, Any]:
+    """The grid, each run claimed by its lock. Alone (``worker`` None), a run another process trains is
+    skipped; as one of several workers (``worker=(I, N)``: starting at its share of the grid), it waits for
+    the other workers' runs and takes over any whose worker is gone, and the last to settle reports."""
     grid = plan(modality, encoders, seeds, list(overrides))
+    shared = SharedGrid.of([Path(cfg.run.root) / cfg.modality / cfg.run.name for _, _, cfg in grid])
+    compare_id = shared.compare_id()
+    start_at = worker[0] * len(grid) // worker[1] if worker else 0
+    pending = [*enumerate(grid, start=1)][start_at:] + [*enumerate(grid, start=1)][:start_at]
     outcomes: list[Outcome] = []
-    started = time.perf_counter()
-    for index, (encoder, seed, cfg) in enumerate(grid, start=1):
-        run_dir = Path(cfg.run.root) / cfg.modality / cfg.run.name
-        head = f"[{index}/{len(grid)}] {encoder} seed {seed}"
-        if (run_dir / "summary.json").exists():
-            outcomes.append(Outcome(encoder, seed, run_dir, "skipped"))
-            echo(f"{head}: already done ({run_dir}), skipped")
-            continue
-        if run_dir.exists() and run_in_use(run_dir):  # a second compare over the same runs trains it now
-            outcomes.append(Outcome(encoder, seed, run_dir, "skipped"))
-            echo(f"{head}: run directory {run_dir} is in use by another poslab process, skipped")
-            continue
-        cfg.logger.tags = [*cfg.logger.tags, f"compare:{compare_id}"]
-        status = "trained"
-        if (run_dir / LAST_CHECKPOINT).is_file():  # interrupted earlier: its name vouches for the same config
-            cfg.resume, status = str(run_dir.resolve()), "resumed"
-            echo(f"{head}: continuing the interrupted run in {run_dir}")
-        elif run_dir.exists() and not run_in_use(run_dir):  # killed before its first checkpoint: start clean
-            remove_run_dir(run_dir)
-        start = time.perf_counter()
-        try:
-            summary = train(cfg)
-            outcome = Outcome(encoder, seed, run_dir, status, time.perf_counter() - start, metrics=summary["metrics"])
-        except RunInUse as exc:  # another process trains it now (a second compare over the same runs)
-            outcomes.append(Outcome(encoder, seed, run_dir, "skipped"))
-            echo(f"{head}: {exc}, skipped")
-            continue
-        except RunInterrupted as exc:
-            raise RunInterrupted(
-                f"{head}: {str(exc).split(';')[0]}; rerun the same `poslab compare` command to continue the grid",
-                exc.exit_code - 128,
-            ) from None
-        except Exception as exc:  # a failing run is reported; the others go on
-            message = first_line(exc)
-            outcome = Outcome(encoder, seed, run_dir, "failed", time.perf_counter() - start, error=message)
-            traceback.print_exc()
-        outcomes.append(outcome)
-        trained = [o for o in outcomes if o.status != "skipped"]
-        per_run = sum(o.seconds for o in trained) / len(trained)
-        eta = per_run * (len(grid) - index)
-        result = f"failed: {outcome.error}" if outcome.error else f"{outcome.seconds:.0f} s"
-        echo(f"{head}: {result} | elapsed {time.perf_counter() - started:.0f} s, ETA {eta:.0f} s")
-    run_dirs = [o.run_dir for o in outcomes if (o.run_dir / "summary.json").exists()]
+    started, waiting = time.perf_counter(), False
+    while pending:
+        busy = []
+        for index, entry in pending:
+            outcome = _run_one(index, len(grid), entry, shared, compare_id, waiting=worker is not None, echo=echo)
+            if outcome is None:
+                busy.append((index, entry))
+                continue
+            outcomes.append(outcome)
+            if outcome.status in ("trained", "resumed", "failed"):
+                trained = [o for o in outcomes if o.status != "skipped"]
+                result = f"failed: {outcome.error}" if outcome.error else f"{outcome.seconds:.0f} s"
+                left = len(grid) - sum(shared.settled(p, compare_id) for p in shared.runs)
+                eta = sum(o.seconds for o in trained) / len(trained) * left / (worker[1] if worker else 1)
+                echo(f"[{index}/{len(grid)}] {outcome.encoder} seed {outcome.seed}: {result} | elapsed "
+                     f"{time.perf_counter() - started:.0f} s, ETA {eta:.0f} s")  # fmt: skip
+        pending = [(i, e) for i, e in busy if not shared.settled(shared.runs[i - 1], compare_id)]
+        if pending:
+            if not waiting:
+                echo(f"waiting for {len(pending)} run(s) other workers are training")
+                waiting = True
+            time.sleep(POLL_SECONDS)
+    run_dirs = [p for p in shared.runs if (p / "summary.json").exists()]
+    if not shared.claim_report(compare_id):
+        echo("every run of the grid is settled; another worker writes the report")
+        return {"id": compare_id, "outcomes": outcomes, "report": None}
     try:
         report = _report(grid, compare_id, modality, run_dirs, reports, echo)
     except RunInterrupted as exc:
+        shared.report_claim(compare_id).unlink(missing_ok=True)  # the rerun reports
         raise RunInterrupted(
             f"{str(exc).split(';')[0]} while reporting; every run is done: rerun the same `poslab compare` command "
             "to write the report",
             exc.exit_code - 128,
         ) from None
-    failed = [o for o in outcomes if o.status == "failed"]
+    shared.close(compare_id)
+    failed = [(e, s, shared.failed(p, compare_id)) for (e, s, _), p in zip(grid, shared.runs, strict=True)]
+    failed = [f for f in failed if f[2]]  # in any worker
     if failed:
-        echo(f"{len(failed)} run(s) failed: " + "; ".join(f"{o.encoder} seed {o.seed}: {o.error}" for o in failed))
+        echo(f"{len(failed)} run(s) failed: " + "; ".join(f"{e} seed {s}: {error}" for e, s, error in failed))
     return {"id": compare_id, "outcomes": outcomes, "report": report}
+
+
+def _run_one(index, total, entry, shared: SharedGrid, compare_id: str, waiting: bool, echo) -> Outcome | None:
+    """Train (or resume, or skip) one run of the grid while holding its claim; None: another worker holds it
+    and ``waiting`` (as one of several workers) says to come back to it."""
+    from poslab.train import train
+
+    encoder, seed, cfg = entry
+    run_dir = Path(cfg.run.root) / cfg.modality / cfg.run.name
+    head = f"[{index}/{total}] {encoder} seed {seed}"
+    if (run_dir / "summary.json").exists():
+        echo(f"{head}: already done ({run_dir}), skipped")
+        return Outcome(encoder, seed, run_dir, "skipped")
+    if shared.failed(run_dir, compare_id):
+        echo(f"{head}: failed in another worker ({shared.failed(run_dir, compare_id)}), skipped")
+        return Outcome(encoder, seed, run_dir, "skipped")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        with run_lock(run_dir):  # the claim: released when this process ends, however it ends
+            if (run_dir / "summary.json").exists():  # finished by another worker while this one looked
+                return Outcome(encoder, seed, run_dir, "skipped")
+            cfg.logger.tags = [*cfg.logger.tags, f"compare:{compare_id}"]
+            status = "trained"
+            if (run_dir / LAST_CHECKPOINT).is_file():  # interrupted earlier: its name vouches for the same config
+                cfg.resume, status = str(run_dir.resolve()), "resumed"
+                echo(f"{head}: continuing the interrupted run in {run_dir}")
+            else:  # killed before its first checkpoint (or never started): start clean
+                clear_run_dir(run_dir)
+            start = time.perf_counter()
+            try:
+                summary = train(cfg)
+            except RunInterrupted as exc:
+                raise RunInterrupted(
+                    f"{head}: {str(exc).split(';')[0]}; rerun the same `poslab compare` command to continue the grid",
+                    exc.exit_code - 128,
+                ) from None
+            except Exception as exc:  # a failing run is reported; the others go on
+                traceback.print_exc()
+                shared.mark_failed(run_dir, compare_id, first_line(exc))
+                return Outcome(encoder, seed, run_dir, "failed", time.perf_counter() - start, error=first_line(exc))
+            return Outcome(encoder, seed, run_dir, status, time.perf_counter() - start, metrics=summary["metrics"])
+    except RunInUse as exc:  # another process trains it now
+        if waiting:
+            return None
+        echo(f"{head}: run directory {run_dir} is in use by another poslab process, skipped")
+        return Outcome(encoder, seed, run_dir, "skipped", error=str(exc))
 
 
 def _report(grid, compare_id: str, modality: str, run_dirs: list[Path], reports, echo) -> Path | None:

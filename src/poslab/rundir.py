@@ -71,16 +71,34 @@ def run_in_use(run_dir: Path) -> bool:
     return locks.in_use(run_dir)
 
 
+#: Run directories this process holds (a comparison claims a run, then trains it: the one lock).
+_HELD: set[Path] = set()
+
+
 @contextmanager
 def run_lock(run_dir: Path) -> Iterator[None]:
     """This process's exclusive use of ``run_dir`` while it trains (:mod:`poslab.locks`: an OS lock, or lock
     files where the file system has none); a second process is refused with :class:`RunInUse`. The other
-    ranks of a launch share the lock of its rank 0."""
-    if is_child_rank():
+    ranks of a launch share the lock of its rank 0; a lock this process holds already is held once."""
+    key = Path(run_dir).resolve()
+    if is_child_rank() or key in _HELD:
         yield
         return
     with locks.exclusive(run_dir):
-        yield
+        _HELD.add(key)
+        try:
+            yield
+        finally:
+            _HELD.discard(key)
+
+
+def clear_run_dir(run_dir: Path) -> None:
+    """Empty a run directory this process holds, keeping its lock files (removing a held lock file would let
+    another process lock a new one)."""
+    for entry in Path(run_dir).iterdir():
+        if entry.name in (".lock", locks.HELD):
+            continue
+        shutil.rmtree(entry) if entry.is_dir() and not entry.is_symlink() else entry.unlink(missing_ok=True)
 
 
 def remove_run_dir(run_dir: Path) -> None:
