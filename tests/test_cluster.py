@@ -54,11 +54,13 @@ def test_the_launch_is_read_from_the_launchers_variables(no_launcher):
     assert cluster.current().job == "77_3" and cluster.current().tag == "job77_3"  # an array task: its own run
     no_launcher.setenv("SLURM_JOB_NAME", "interactive")  # srun --pty bash: Lightning's SLURMEnvironment skips it
     assert cluster.current().kind == "local"
-    no_launcher.setenv("TORCHELASTIC_RUN_ID", "98c5014d-c6c6")
+    no_launcher.setenv("TORCHELASTIC_RUN_ID", "98c5014d-c6c6-45ed-bc56-abb7457ef362")  # --standalone draws one
     no_launcher.setenv("RANK", "0")
     no_launcher.setenv("WORLD_SIZE", "4")
-    assert cluster.current() == cluster.Launch("torchrun", "98c5014d-c6c6", 0, 4)
+    assert cluster.current() == cluster.Launch("torchrun", "98c5014d-c6c6-45ed-bc56-abb7457ef362", 0, 4)
     assert cluster.current().tag == "torchrun-98c5014d"
+    no_launcher.setenv("TORCHELASTIC_RUN_ID", "sweep/a b")  # a --rdzv-id given: kept whole, as a folder name
+    assert cluster.current().tag == "torchrun-sweep_a_b"
 
 
 def test_every_rank_of_a_job_derives_the_same_run_name_and_another_job_another(no_launcher):
@@ -79,6 +81,7 @@ def test_a_launch_whose_process_count_disagrees_with_the_trainer_is_one_line(no_
     ):
         cluster.check_world(1, 2)
     cluster.check_world(2, 2)  # 2 nodes of 2
+    cluster.check_world(1, -1)  # every visible GPU: Lightning counts them
     no_launcher.setenv("TORCHELASTIC_RUN_ID", "none")
     no_launcher.setenv("WORLD_SIZE", "4")
     with pytest.raises(ConfigError, match="pass --rdzv-id"):
@@ -207,3 +210,30 @@ def test_torchrun_with_two_processes_makes_one_run(tiny, tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     run_dir = _one_run(runs, [done.stdout])
     assert "-torchrun-" in run_dir.name
+
+
+@pytest.mark.slow
+def test_torchrun_on_two_nodes_makes_one_run(tiny, tmp_path):
+    """Two torchrun agents as two nodes would start them (one process each, a c10d rendezvous with a shared
+    --rdzv-id): one run directory, one summary, one W&B run; trainer.num_nodes=2 x trainer.devices=1."""
+    import socket
+
+    runs = tmp_path / "runs"
+    argv = [o for o in tiny if not o.startswith(("logger=", "run.root="))]
+    argv += ["trainer=ddp", "trainer.accelerator=cpu", "trainer.devices=1", "trainer.num_nodes=2",
+             "trainer.precision=32-true", "logger=wandb", "logger.mode=offline", f"run.root={runs}"]  # fmt: skip
+    with socket.socket() as free:
+        free.bind(("localhost", 0))
+        port = free.getsockname()[1]
+    rendezvous = ["--nnodes", "2", "--nproc-per-node", "1", "--rdzv-backend", "c10d",
+                  "--rdzv-endpoint", f"localhost:{port}", "--rdzv-id", "poslab-two-nodes"]  # fmt: skip
+    command = [sys.executable, "-m", "torch.distributed.run", *rendezvous, "-m", "poslab", "train", *argv]
+    pipes = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, "text": True, "env": _environment({})}
+    nodes = [subprocess.Popen(command, **pipes) for _ in range(2)]
+    outputs = []
+    for node in nodes:
+        out, err = node.communicate(timeout=600)
+        assert node.returncode == 0, err[-3000:]
+        outputs.append(out)
+    run_dir = _one_run(runs, outputs)
+    assert run_dir.name.endswith("-torchrun-poslab-two-nodes")  # the shared --rdzv-id names it

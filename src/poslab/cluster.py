@@ -15,6 +15,7 @@ before the trainer exists). A leaf: it imports nothing of poslab's but the error
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 from dataclasses import dataclass
@@ -43,8 +44,9 @@ class Launch:
         """The part of a run name that says which launch made it (``job1234``, ``torchrun-98c5014d``)."""
         if self.kind == "slurm":
             return f"job{self.job}"
-        if self.kind == "torchrun":
-            return f"torchrun-{self.job[:8]}"
+        if self.kind == "torchrun":  # a drawn UUID (--standalone) by its first 8 hex digits; a given --rdzv-id whole
+            drawn = re.fullmatch(r"[0-9a-f]{8}(-[0-9a-f]{4}){3}-[0-9a-f]{12}", self.job)
+            return f"torchrun-{self.job[:8] if drawn else re.sub(r'[^A-Za-z0-9_.-]', '_', self.job)[:40]}"
         return None
 
 
@@ -93,8 +95,8 @@ def check_world(num_nodes: int, devices: object) -> None:
     """A launcher's process count against ``trainer.num_nodes × trainer.devices``: Lightning would hang or
     fail deep in its setup when they disagree; here it is one line."""
     launch = current()
-    if launch.kind == "local" or not isinstance(devices, int) or isinstance(devices, bool):
-        return
+    if launch.kind == "local" or not isinstance(devices, int) or isinstance(devices, bool) or devices < 1:
+        return  # one process, or devices "auto" / -1 (all visible): Lightning counts them
     if launch.kind == "torchrun" and launch.job in ("", "none"):
         raise ConfigError(
             "torchrun gave no run id shared by every node (TORCHELASTIC_RUN_ID=none): pass --rdzv-id (or "

@@ -112,7 +112,7 @@ def compare(
 
 
 #: How often a worker looks again at runs other workers are training (a claim freed by a killed worker).
-POLL_SECONDS = 2.0
+POLL_SECONDS = 0.5
 
 
 def _compare(modality, encoders, seeds, overrides, reports, echo, worker=None) -> dict[str, Any]:
@@ -198,9 +198,14 @@ def _run_one(index, total, entry, shared: SharedGrid, compare_id: str, waiting: 
             try:
                 summary = train(cfg)
             except RunInterrupted as exc:
+                requeued = [part for part in str(exc).split("; ") if part.startswith("requeued SLURM job")]
+                then = (
+                    "it continues the grid"
+                    if requeued
+                    else "rerun the same `poslab compare` command to continue the grid"
+                )
                 raise RunInterrupted(
-                    f"{head}: {str(exc).split(';')[0]}; rerun the same `poslab compare` command to continue the grid",
-                    exc.exit_code - 128,
+                    f"{head}: {str(exc).split(';')[0]}; {'; '.join([*requeued, then])}", exc.exit_code - 128
                 ) from None
             except Exception as exc:  # a failing run is reported; the others go on
                 traceback.print_exc()

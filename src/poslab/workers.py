@@ -23,6 +23,8 @@ def devices() -> list[str]:
     listed = os.environ.get("CUDA_VISIBLE_DEVICES")
     if listed is not None:
         return [d for d in listed.split(",") if d.strip()]
+    if not os.path.exists("/proc/driver/nvidia"):  # no NVIDIA driver: no GPU, and no torch import to learn it
+        return []
     import torch
 
     return [str(i) for i in range(torch.cuda.device_count())]

@@ -1,0 +1,47 @@
+"""The ready-to-submit SLURM scripts in examples/: valid shell, and their poslab commands make valid configs."""
+
+from __future__ import annotations
+
+import re
+import shlex
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from poslab.compare import plan
+from poslab.config import compose
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "slurm"
+#: What SLURM sets for the scripts' variables: a 2-node x 4-GPU job, array task 3.
+SLURM = {"SLURM_JOB_NUM_NODES": "2", "SLURM_NTASKS_PER_NODE": "4", "SLURM_ARRAY_TASK_ID": "3", "RUN_ROOT": "runs",
+         "WORKERS": "8"}  # fmt: skip
+
+
+def poslab_command(script: Path) -> list[str]:
+    """The script's ``poslab`` command line (continuations joined), its variables as SLURM would set them."""
+    text = script.read_text().replace("\\\n", " ")
+    line = next(line for line in text.splitlines() if ".venv/bin/poslab " in line and not line.lstrip().startswith("#"))
+    line = re.sub(r"\$\{?(\w+)(:-[^}]*)?\}?", lambda m: SLURM[m.group(1)], line.split(".venv/bin/poslab ", 1)[1])
+    return shlex.split(line)
+
+
+@pytest.mark.parametrize("script", sorted(EXAMPLES.glob("*.sbatch")), ids=lambda p: p.name)
+def test_the_script_is_valid_shell_asking_for_a_preemption_signal(script):
+    assert subprocess.run(["bash", "-n", str(script)], capture_output=True).returncode == 0
+    assert "#SBATCH --signal=USR1@90" in script.read_text() and "#SBATCH --requeue" in script.read_text()
+
+
+def test_the_ddp_script_trains_one_run_over_nodes_times_gpus():
+    command = poslab_command(EXAMPLES / "ddp.sbatch")
+    assert command[0] == "train"
+    cfg = compose(command[1:])
+    assert (cfg.trainer.num_nodes, cfg.trainer.devices, cfg.trainer.strategy) == (2, 4, "ddp")
+
+
+def test_the_array_script_is_one_worker_of_one_grid():
+    command = poslab_command(EXAMPLES / "compare-array.sbatch")
+    assert command[0] == "compare" and "worker=3/8" in command
+    special = ("modality=", "seeds=", "worker=")
+    grid = plan("vision", None, 3, [a for a in command[1:] if not a.startswith(special)])
+    assert len(grid) >= 3 and all(cfg.trainer.name == "gpu" for _, _, cfg in grid)
