@@ -19,6 +19,7 @@ from poslab.grid import parse_worker
 from poslab.report import build_report
 from poslab.scaffold import main as new_main
 from poslab.sweep import main as sweep_main
+from poslab.workers import run_workers
 
 EPILOG = """\
 examples:
@@ -202,8 +203,6 @@ def _compare(args: argparse.Namespace) -> int:
         if not isinstance(count, int) or isinstance(count, bool) or count < 1 or "worker" in special:
             raise PoslabError(f"workers={count!r} must be a number of processes >= 1 (and not given with worker=)")
         if count > 1:
-            from poslab.workers import run_workers
-
             return run_workers([a for a in args.overrides if not a.startswith("workers=")], count)
     worker = parse_worker(special["worker"]) if "worker" in special else None
     encoders = special.get("encoders")
