@@ -73,3 +73,23 @@ def test_the_gradient_reaches_the_table_and_the_queries():
     k = torch.randn(1, 1, 6, 8, requires_grad=True)
     enc.content_bias(q, k, causal_logits(q, k)).masked_fill(torch.ones(6, 6).triu(1).bool(), 0).sum().backward()
     assert enc.pos_emb.grad.abs().sum() > 0 and q.grad.abs().sum() > 0 and k.grad.abs().sum() > 0
+
+
+def test_a_count_a_parallel_scan_rounds_below_zero_stays_inside_the_table(monkeypatch):
+    """On a GPU the cumulative sums are parallel scans: a count that is 0 may come out as −1 ulp, and its
+    floor (−1) would gather before the table. Constructed here by perturbing the exact counts as such a scan
+    does: the positions stay in [0, npos_max − 1] and the bias is the unperturbed one."""
+    import poslab.encoders.cope as cope
+
+    torch.manual_seed(0)
+    enc = build_encoder("cope", dim=8, num_heads=2, npos_max=4)
+    with torch.no_grad():
+        enc.pos_emb.normal_()
+    q = torch.randn(1, 2, 5, 4)
+    logits = torch.full((1, 2, 5, 5), -1e4).tril()  # gates ~0 below the diagonal, 1 above: counts of 0 abound
+    logits = logits.masked_fill(torch.ones(5, 5, dtype=torch.bool).triu(1), float("-inf"))
+    exact = enc.content_bias(q, q, logits)
+    real = cope.gate_counts
+    monkeypatch.setattr(cope, "gate_counts", lambda gates: real(gates) - 1e-7)  # a scan's rounding
+    assert enc.positions(logits).min() == 0
+    torch.testing.assert_close(enc.content_bias(q, q, logits), exact, atol=1e-5, rtol=0)

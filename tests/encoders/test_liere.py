@@ -7,6 +7,7 @@ import math
 import pytest
 import torch
 
+from poslab.config import compose
 from poslab.encoders import build_encoder
 
 
@@ -61,3 +62,27 @@ def test_liere3d_reads_three_axes_and_needs_the_training_clip():
 
     with pytest.raises(ConfigError, match="liere3d needs encoder.frames"):
         build_encoder("liere3d", dim=32, num_heads=2, grid_size=(2, 2))
+
+
+@pytest.mark.parametrize(("scale", "rows", "cols"), [("linspace", 3.0, 2.0), ("extent", 4.0, 3.0)])
+def test_positions_are_scaled_as_the_reference_scales_them_or_by_the_grid(scale, rows, cols):
+    """``linspace`` (default): index i of n patches at i/(n − 1), the reference's ``torch.linspace(0, 1, n)``
+    per axis; ``extent``: i/n. A 4 × 3 training grid, a 2 × 2 generator per axis: the angle is written out."""
+    enc = build_encoder("liere", dim=2, num_heads=1, block_size=2, grid_size=(4, 3), position_scale=scale)
+    assert compose(["encoder=liere"]).encoder.position_scale == "linspace"  # the reference's, by default
+    with torch.no_grad():
+        enc.raw.zero_()
+        enc.raw[0, 0, 0, 0, 1] = 0.7  # row axis
+        enc.raw[0, 1, 0, 0, 1] = 0.2  # col axis
+    x = torch.tensor([1.0, 0.5])
+    reference_rows, reference_cols = torch.linspace(0, 1, 4), torch.linspace(0, 1, 3)
+    for row, col in ((0, 0), (3, 2), (1, 2), (5, 4)):  # (5, 4): past the training grid
+        angle = -(0.7 * row / rows + 0.2 * col / cols)
+        golden = torch.tensor([x[0] * math.cos(angle) - x[1] * math.sin(angle),
+                               x[0] * math.sin(angle) + x[1] * math.cos(angle)])  # fmt: skip
+        got = enc.rotate(x.view(1, 1, 1, 2), torch.tensor([[float(row), float(col)]]))[0, 0, 0]
+        torch.testing.assert_close(got, golden, atol=1e-4, rtol=1e-4)  # float32 matrix_exp
+        if scale == "linspace" and row < 4 and col < 3:  # on the training grid: the reference's positions
+            assert row / rows == pytest.approx(reference_rows[row].item()) and col / cols == pytest.approx(
+                reference_cols[col].item()
+            )

@@ -40,16 +40,12 @@ class CoPE(PositionEncoder):
         self.pos_emb = nn.Parameter(torch.zeros(self.head_dim, npos_max))
 
     def positions(self, logits: torch.Tensor) -> torch.Tensor:
-        """p_ij = Σ gates between key j and query i, inclusive (eq. 3), clamped at ``npos_max − 1``."""
-        gates = torch.sigmoid(logits)  # masked keys (−inf) count 0
-        before = gates.flip(-1).cumsum(-1).flip(-1)  # Σ_{t ≥ j}: the listing's count, keys j … i when causal
-        after = gates.cumsum(-1)  # Σ_{t ≤ j}
-        rows = torch.arange(logits.shape[-2], device=logits.device)[:, None]
-        cols = torch.arange(logits.shape[-1], device=logits.device)[None, :]
-        own = gates.diagonal(dim1=-2, dim2=-1)[..., None]  # g_ii
-        at_query = lambda sums: sums.diagonal(dim1=-2, dim2=-1)[..., None]  # noqa: E731  (Σ up to / from i)
-        count = torch.where(cols <= rows, before - at_query(before) + own, after - at_query(after) + own)
-        return count.clamp(max=self.npos_max - 1)
+        """p_ij = Σ gates between key j and query i, inclusive (eq. 3), in [0, ``npos_max − 1``].
+
+        The counts are differences of cumulative sums. A GPU's parallel scan adds in another order than the
+        sequential one, so a count that is 0 can come out as −1 ulp, whose floor (−1) would index before
+        the table: clamped at 0 as well as at the table's end."""
+        return gate_counts(torch.sigmoid(logits)).clamp(min=0, max=self.npos_max - 1)
 
     def content_bias(self, q: torch.Tensor, k: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
         pos = self.positions(logits)
@@ -62,3 +58,14 @@ class CoPE(PositionEncoder):
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, npos_max={self.npos_max}"
+
+
+def gate_counts(gates: torch.Tensor) -> torch.Tensor:
+    """Σ of ``gates`` (``[..., Lq, Lk]``, masked keys 0) from key j to query i inclusive, either side of i."""
+    before = gates.flip(-1).cumsum(-1).flip(-1)  # Σ_{t ≥ j}: the listing's count, keys j … i when causal
+    after = gates.cumsum(-1)  # Σ_{t ≤ j}
+    rows = torch.arange(gates.shape[-2], device=gates.device)[:, None]
+    cols = torch.arange(gates.shape[-1], device=gates.device)[None, :]
+    own = gates.diagonal(dim1=-2, dim2=-1)[..., None]  # g_ii
+    at_query = lambda sums: sums.diagonal(dim1=-2, dim2=-1)[..., None]  # noqa: E731  (Σ up to / from i)
+    return torch.where(cols <= rows, before - at_query(before) + own, after - at_query(after) + own)

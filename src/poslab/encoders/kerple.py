@@ -7,11 +7,14 @@
 * ``power``: b(m, n) = −r₁·|m − n|^r₂ with r₂ ∈ (0, 2],
 
 r₁, r₂ > 0 learned per head. As in the reference code (chijames/KERPLE,
-``ParallelKerpleLog`` / ``ParallelKerplePower``) they start uniform in
-(0, 2) and (0, 1) for ``log`` and are held at least ``eps`` (0.01): the
-reference clamps the stored values each step; here the clamp is applied where
-they are used, so the stored parameters are never edited in place. The bias
-depends on the offset alone, so it takes the blocked (Toeplitz) kernels.
+``megatron/mpu/layers.py``, ``ParallelKerpleLog`` / ``ParallelKerplePower``)
+they start uniform in (0, 2) and (0, 1) for ``log`` and are held at least
+``eps`` (0.01; the power's exponent at most 2) by clamping the *stored*
+values in place before each use, so a coefficient at the bound is used as it
+is stored and keeps its gradient: a head that starts below ``eps`` trains on
+from ``eps`` (a clamp applied only where the value is used would give it zero
+gradient for good). The bias depends on the offset alone, so it takes the
+blocked (Toeplitz) kernels.
 """
 
 from __future__ import annotations
@@ -43,10 +46,13 @@ class Kerple(PositionEncoder):
         self.r2 = nn.Parameter(torch.rand(num_heads) * r2_scale)
 
     def coefficients(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """The r₁, r₂ the bias uses: at least ``eps`` (r₂ of the power kernel at most 2)."""
-        r1 = self.r1.clamp(min=self.eps)
-        r2 = self.r2.clamp(min=self.eps, max=2.0) if self.variant == "power" else self.r2.clamp(min=self.eps)
-        return r1, r2
+        """The r₁, r₂ the bias uses, the stored values clamped in place first (the reference's
+        ``self.bias_p.data = self.bias_p.data.clamp(min=self.eps)``): at least ``eps``, r₂ of the power
+        kernel at most 2."""
+        with torch.no_grad():
+            self.r1.clamp_(min=self.eps)
+            self.r2.clamp_(min=self.eps, max=2.0 if self.variant == "power" else None)
+        return self.r1, self.r2
 
     def relative_bias(self, offsets):
         """−r₁·log(1 + r₂·|d|) or −r₁·|d|^r₂ for each offset d = k − q, per head: ``[H, *offsets.shape]``."""

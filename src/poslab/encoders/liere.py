@@ -10,10 +10,16 @@ angles) is the special case; learned dense generators need not commute, which
 is LieRE's extra freedom. Generators are A = U − Uᵀ from the strictly upper
 triangle U of raw parameters drawn U[0, 2π), as in the reference;
 ``block_size`` < head_dim makes them block-diagonal (the paper's smaller
-bases, cheaper exponentials). Positions are divided by the training grid
-(``grid_size``, and ``frames`` for ``liere3d``) so a unit is one image side:
-the reference does not state its scaling, and raw patch indices with its
-initialisation would turn each token by several radians.
+bases, cheaper exponentials). Positions are scaled by the training grid
+(``grid_size``, and ``frames`` for ``liere3d``) as the reference scales them:
+``position_scale=linspace`` (the default) maps the training grid's n patch
+indices onto [0, 1], index i to i/(n − 1), which is the reference's
+``torch.linspace(0, 1, n)`` per axis (StanfordMIMI/LieRE,
+``models/rope_vit.py``, ``PositionEncoderBase.forward``); ``extent`` divides by
+n instead (i/n), this encoder's earlier scaling. Raw patch indices with the
+reference's initialisation would turn each token by several radians. On
+another grid (m patches, raw coordinates) both go on past 1 at the training
+spacing, where the reference spreads m points over [0, m/n].
 
 ``liere`` reads ``coords`` (row, col: vision, video frames' cells);
 ``liere3d`` reads ``coords3d`` (frame, row, col: video).
@@ -22,6 +28,7 @@ initialisation would turn each token by several radians.
 from __future__ import annotations
 
 import math
+from typing import Literal
 
 import torch
 from torch import nn
@@ -44,16 +51,19 @@ class LieRE(PositionEncoder):
         num_heads: int,
         block_size: OptionalCount = None,  # None: head_dim (dense generators, the reference); a divisor: block-diagonal
         per_head: bool = True,  # one set of generators per head (false: shared, as the reference's listing)
-        grid_size: OptionalGrid = None,  # None: the training patch grid; positions are divided by it
+        grid_size: OptionalGrid = None,  # None: the training patch grid; positions are scaled by it
+        position_scale: Literal["linspace", "extent"] = "linspace",  # i/(n-1), the reference's | i/n
     ) -> None:
         super().__init__(dim, num_heads)
+        self.position_scale = position_scale
         self.block_size = block_size or self.head_dim
         if self.head_dim % self.block_size or self.block_size < 2:
             raise ConfigError(f"{self.name}: block_size={block_size} must divide head_dim={self.head_dim} (≥ 2)")
         self.per_head = per_head
         self.extent = self._extent(grid_size)
+        divisors = [max(n - 1.0, 1.0) if position_scale == "linspace" else n for n in self.extent]
         # on the module's device, so a forward pass copies nothing from the host
-        self.register_buffer("scale", torch.tensor(self.extent), persistent=False)
+        self.register_buffer("scale", torch.tensor(divisors), persistent=False)
         heads = num_heads if per_head else 1
         blocks = self.head_dim // self.block_size
         self.raw = nn.Parameter(torch.rand(heads, self.axes, blocks, self.block_size, self.block_size) * 2 * math.pi)
@@ -100,10 +110,13 @@ class LieRE3D(LieRE):
         block_size: OptionalCount = None,  # None: head_dim (dense generators); a divisor: block-diagonal
         per_head: bool = True,  # one set of generators per head
         grid_size: OptionalGrid = None,  # None: the training patch grid
-        frames: OptionalCount = None,  # None: the training clip's frame count; positions are divided by grid and frames
+        frames: OptionalCount = None,  # None: the training clip's frame count; positions are scaled by grid and frames
+        position_scale: Literal["linspace", "extent"] = "linspace",  # i/(n-1), the reference's | i/n
     ) -> None:
         self._frames = frames
-        super().__init__(dim, num_heads, block_size=block_size, per_head=per_head, grid_size=grid_size)
+        super().__init__(
+            dim, num_heads, block_size=block_size, per_head=per_head, grid_size=grid_size, position_scale=position_scale
+        )
 
     def _extent(self, grid_size) -> tuple[float, ...]:
         if self._frames is None:
