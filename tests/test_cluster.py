@@ -170,6 +170,18 @@ def _environment(extra: dict[str, str]) -> dict[str, str]:
 TWO_RANKS = ["trainer=ddp", "trainer.accelerator=cpu", "trainer.devices=2", "trainer.precision=32-true"]
 
 
+def _all_succeed(launches: list[tuple[list[str], dict[str, str]]]) -> list[str]:
+    """Start every ``(command, environment)`` at once (the processes of one launch); each must exit 0."""
+    pipes = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, "text": True}
+    started = [subprocess.Popen(command, env=env, **pipes) for command, env in launches]
+    outputs = []
+    for process in started:
+        out, err = process.communicate(timeout=600)
+        assert process.returncode == 0, err[-3000:]
+        outputs.append(out)
+    return outputs
+
+
 def _one_run(runs: Path, outputs: list[str]) -> Path:
     """The launch made one run: one directory, one summary, one W&B run, one report printed."""
     (run_dir,) = list((runs / "vision").iterdir())
@@ -187,13 +199,7 @@ def test_the_two_tasks_of_a_slurm_job_make_one_run(tiny, tmp_path):
     argv += [*TWO_RANKS, "logger=wandb", "logger.mode=offline", f"run.root={runs}"]
     job = str(20000 + os.getpid() % 9000)  # Lightning derives the rendezvous port from the job id
     command = [sys.executable, "-m", "poslab.cli", "train", *argv]
-    pipes = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, "text": True}
-    tasks = [subprocess.Popen(command, env=_environment(slurm_task(job, rank, 2)), **pipes) for rank in (0, 1)]
-    outputs = []
-    for task in tasks:
-        out, err = task.communicate(timeout=600)
-        assert task.returncode == 0, err[-3000:]
-        outputs.append(out)
+    outputs = _all_succeed([(command, _environment(slurm_task(job, rank, 2))) for rank in (0, 1)])
     run_dir = _one_run(runs, outputs)
     assert run_dir.name.endswith(f"-job{job}")
     summary = json.loads((run_dir / "summary.json").read_text())
@@ -228,12 +234,5 @@ def test_torchrun_on_two_nodes_makes_one_run(tiny, tmp_path):
     rendezvous = ["--nnodes", "2", "--nproc-per-node", "1", "--rdzv-backend", "c10d",
                   "--rdzv-endpoint", f"localhost:{port}", "--rdzv-id", "poslab-two-nodes"]  # fmt: skip
     command = [sys.executable, "-m", "torch.distributed.run", *rendezvous, "-m", "poslab", "train", *argv]
-    pipes = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, "text": True, "env": _environment({})}
-    nodes = [subprocess.Popen(command, **pipes) for _ in range(2)]
-    outputs = []
-    for node in nodes:
-        out, err = node.communicate(timeout=600)
-        assert node.returncode == 0, err[-3000:]
-        outputs.append(out)
-    run_dir = _one_run(runs, outputs)
+    run_dir = _one_run(runs, _all_succeed([(command, _environment({}))] * 2))
     assert run_dir.name.endswith("-torchrun-poslab-two-nodes")  # the shared --rdzv-id names it

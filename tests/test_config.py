@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 import typing
 from typing import Literal
 
@@ -270,3 +271,27 @@ def steps_modalities() -> str:
     from poslab.config import modality_positions
 
     return ", ".join(m for m in available_modalities() if "steps" in modality_positions(m))
+
+
+def test_an_experiment_tunes_one_encoder_with_encoder_options():
+    """``encoder_options: {fire: {threshold: 32.0}}``: that encoder's options for the experiment, below the
+    command line; the other encoders (and their runs' hashes) untouched; typos caught whichever encoder runs."""
+    from poslab.config import config_hash
+
+    experiment = ["modality=text", "experiment=alibi_extrapolation"]
+    assert compose([*experiment, "encoder=fire"]).encoder.threshold == 32.0  # half the context of 64
+    assert compose([*experiment, "encoder=xpos"]).encoder.scale_base == 32.0
+    assert compose([*experiment, "encoder=fire", "encoder.threshold=16"]).encoder.threshold == 16.0
+    assert compose(["modality=text", "encoder=fire"]).encoder.threshold == 512.0  # the constructor's default
+    both = compose(["modality=text", "encoder=rope+alibi", "encoder_options={rope:{base:500.0}}"])
+    assert both.encoder.rope.base == 500.0  # a composite's member, under its block
+    rope = [*experiment, "encoder=rope"]
+    untuned = compose([*rope, "encoder_options={}"])
+    assert config_hash(to_dict(compose(rope))) == config_hash(to_dict(untuned))  # rope's runs keep their names
+    for bad, message in [
+        ("encoder_options={fier:{threshold:3.0}}", "encoder_options names no encoder 'fier' (did you mean 'fire'?)"),
+        ("encoder_options={xpos:{scalebase:3.0}}",
+         "unknown config key 'encoder_options.xpos.scalebase' (did you mean 'scale_base'?); xpos's options: base,"),
+    ]:  # fmt: skip
+        with pytest.raises(ConfigError, match="^" + re.escape(message)):
+            compose(["modality=text", "encoder=rope", bad])

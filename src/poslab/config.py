@@ -225,9 +225,40 @@ def _compose(overrides: list[str] | tuple[str, ...]) -> DictConfig:
         cfg.compare_encoders = [ALL_ENCODERS]
     dataset = source_defaults(modality, OmegaConf.select(cfg, "data.name", default=None))
     if dataset:  # the dataset's own values, above the modality's, below the experiment's and the command line's
-        cfg = _merge_overrides(OmegaConf.merge(*layers[:3], {"data": dataset}, *layers[3:]), cli)
+        layers = [*layers[:3], {"data": dataset}, *layers[3:]]
+        cfg = _merge_overrides(OmegaConf.merge(*layers), cli)
+    given = cfg.get("encoder_options")
+    tuned = encoder_tuning(encoder, OmegaConf.to_container(given) if OmegaConf.is_config(given) else given or {})
+    if tuned:  # an experiment's options for this encoder: above its YAMLs, below the command line
+        cfg = _merge_overrides(OmegaConf.merge(*layers, {"encoder": tuned}), cli)
     _check_explicit_options(cfg, cli)
     return validate(cfg)
+
+
+def encoder_tuning(encoder: str, options: Any) -> dict[str, Any]:
+    """The ``encoder.*`` values ``encoder_options`` (encoder name -> its options) gives ``encoder``: its own
+    entry, or one per member of a composite or per-layer pattern (under the member's block). A name that is
+    no encoder, or options that are not a mapping, is one line."""
+    from poslab.encoders import available_encoders
+    from poslab.encoders.registry import is_combination, members_of
+
+    if not isinstance(options, dict) or not all(isinstance(v, dict) for v in options.values()):
+        raise ConfigError(f"encoder_options must map encoder names to their options, got {options!r}")
+    from poslab.schema import encoder_schema
+
+    known = available_encoders()
+    for name, given in options.items():
+        if name not in known:
+            raise ConfigError(f"encoder_options names no encoder '{name}'{did_you_mean(name, known)}")
+        valid = [f.name for f in dataclasses.fields(encoder_schema(name)) if f.name != "name"]
+        for key in given:  # checked whichever encoder runs: a typo for another one is found too
+            if key not in valid:
+                full = f"encoder_options.{name}.{key}"
+                raise ConfigError(f"unknown config key '{full}'{did_you_mean(key, valid)}; {name}'s options: "
+                                  f"{', '.join(valid) or 'none'}")  # fmt: skip
+    if is_combination(encoder):
+        return {member: options[member] for member in members_of(encoder) if member in options}
+    return dict(options.get(encoder, {}))
 
 
 def source_defaults(modality: str, name: str | None) -> dict[str, Any]:

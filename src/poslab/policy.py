@@ -42,6 +42,7 @@ POLICY = (
     KeyRule("compare_encoders", computes=False),
     KeyRule("compare_experiment", computes=False),
     KeyRule("compare_variants.*", computes=False),
+    KeyRule("encoder_options.*", computes=False),  # what it sets is in encoder.*: the run's own options
 )
 DEFAULT = KeyRule("")
 

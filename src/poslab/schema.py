@@ -136,6 +136,7 @@ def root_schema(parts: Any, encoder: type) -> type:
             ("compare_experiment", Optional[str], None),
             ("compare_seeds", Annotated[int, AT_LEAST_1], MISSING),
             ("compare_variants", dict[str, list[str]], field(default_factory=dict)),
+            ("encoder_options", dict[str, dict[str, Any]], field(default_factory=dict)),  # name -> its options
             ("variant", Optional[str], None),
             ("resume", Optional[str], None),
             ("task", parts.task, field(default_factory=parts.task)),

@@ -53,10 +53,6 @@ class Fire(PositionEncoder):
         eps: Positive = 1e-6,
     ) -> None:
         super().__init__(dim, num_heads)
-        if mlp_width < 1 or threshold <= 0 or eps <= 0:
-            raise ValueError(
-                f"fire needs mlp_width >= 1, threshold > 0 and eps > 0, got {mlp_width}, {threshold}, {eps}"
-            )
         self.mlp = nn.Sequential(nn.Linear(1, mlp_width), nn.ReLU(), nn.Linear(mlp_width, num_heads))
         self.c = nn.Parameter(torch.tensor(float(init_c)))
         self.threshold_scale = nn.Parameter(torch.tensor(1.0))
