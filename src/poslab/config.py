@@ -244,8 +244,6 @@ def encoder_tuning(encoder: str, options: Any) -> dict[str, Any]:
 
     if not isinstance(options, dict) or not all(isinstance(v, dict) for v in options.values()):
         raise ConfigError(f"encoder_options must map encoder names to their options, got {options!r}")
-    from poslab.schema import encoder_schema
-
     known = available_encoders()
     for name, given in options.items():
         if name not in known:
