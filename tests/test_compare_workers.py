@@ -42,6 +42,24 @@ def test_the_workers_of_a_grid_share_its_id_its_failures_and_one_report_claim(tm
     assert SharedGrid.of(runs).compare_id() != compare_id  # the next comparison of the grid
 
 
+def test_an_interrupted_workers_failures_are_retried_and_other_workers_failures_stay(tmp_path):
+    """An interrupted comparison keeps its id (the same command continues it): the failures this worker
+    recorded are forgotten, so the rerun retries them; those another worker recorded stay settled."""
+    import json
+
+    runs = [tmp_path / "vision" / name for name in ("none-s0-aa", "none-s1-bb")]
+    grid = SharedGrid.of(runs)
+    compare_id = grid.compare_id()
+    for run in runs:
+        run.mkdir(parents=True)
+    grid.mark_failed(runs[0], compare_id, "mine")
+    grid.mark_failed(runs[1], compare_id, "theirs")
+    theirs = json.loads((runs[1] / ".failed").read_text())
+    (runs[1] / ".failed").write_text(json.dumps({**theirs, "pid": theirs["pid"] + 1}))  # another worker's
+    grid.forget_own_failures(compare_id)
+    assert grid.failed(runs[0], compare_id) is None and grid.failed(runs[1], compare_id) == "theirs"
+
+
 def _compare(tiny: list[str], *extra: str, root: Path, grid: list[str] = GRID) -> list[str]:
     argv = [o for o in tiny if not o.startswith(("run.root=",))]
     return [sys.executable, "-m", "poslab.cli", "compare", *grid, *argv, f"run.root={root / 'runs'}", *extra]

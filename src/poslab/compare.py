@@ -126,27 +126,31 @@ def _compare(modality, encoders, seeds, overrides, reports, echo, worker=None) -
     pending = [*enumerate(grid, start=1)][start_at:] + [*enumerate(grid, start=1)][:start_at]
     outcomes: list[Outcome] = []
     started, waiting = time.perf_counter(), False
-    while pending:
-        busy = []
-        for index, entry in pending:
-            outcome = _run_one(index, len(grid), entry, shared, compare_id, waiting=worker is not None, echo=echo)
-            if outcome is None:
-                busy.append((index, entry))
-                continue
-            outcomes.append(outcome)
-            if outcome.status in ("trained", "resumed", "failed"):
-                trained = [o for o in outcomes if o.status != "skipped"]
-                result = f"failed: {outcome.error}" if outcome.error else f"{outcome.seconds:.0f} s"
-                left = len(grid) - sum(shared.settled(p, compare_id) for p in shared.runs)
-                eta = sum(o.seconds for o in trained) / len(trained) * left / (worker[1] if worker else 1)
-                echo(f"[{index}/{len(grid)}] {outcome.encoder} seed {outcome.seed}: {result} | elapsed "
-                     f"{time.perf_counter() - started:.0f} s, ETA {eta:.0f} s")  # fmt: skip
-        pending = [(i, e) for i, e in busy if not shared.settled(shared.runs[i - 1], compare_id)]
-        if pending:
-            if not waiting:
-                echo(f"waiting for {len(pending)} run(s) other workers are training")
-                waiting = True
-            time.sleep(POLL_SECONDS)
+    try:
+        while pending:
+            busy = []
+            for index, entry in pending:
+                outcome = _run_one(index, len(grid), entry, shared, compare_id, waiting=worker is not None, echo=echo)
+                if outcome is None:
+                    busy.append((index, entry))
+                    continue
+                outcomes.append(outcome)
+                if outcome.status in ("trained", "resumed", "failed"):
+                    trained = [o for o in outcomes if o.status != "skipped"]
+                    result = f"failed: {outcome.error}" if outcome.error else f"{outcome.seconds:.0f} s"
+                    left = len(grid) - sum(shared.settled(p, compare_id) for p in shared.runs)
+                    eta = sum(o.seconds for o in trained) / len(trained) * left / (worker[1] if worker else 1)
+                    echo(f"[{index}/{len(grid)}] {outcome.encoder} seed {outcome.seed}: {result} | elapsed "
+                         f"{time.perf_counter() - started:.0f} s, ETA {eta:.0f} s")  # fmt: skip
+            pending = [(i, e) for i, e in busy if not shared.settled(shared.runs[i - 1], compare_id)]
+            if pending:
+                if not waiting:
+                    echo(f"waiting for {len(pending)} run(s) other workers are training")
+                    waiting = True
+                time.sleep(POLL_SECONDS)
+    except RunInterrupted:
+        shared.forget_own_failures(compare_id)  # the same command retries them
+        raise
     run_dirs = [p for p in shared.runs if (p / "summary.json").exists()]
     if not shared.claim_report(compare_id):
         echo("every run of the grid is settled; another worker writes the report")
@@ -179,8 +183,9 @@ def _run_one(index, total, entry, shared: SharedGrid, compare_id: str, waiting: 
     if (run_dir / "summary.json").exists():
         echo(f"{head}: already done ({run_dir}), skipped")
         return Outcome(encoder, seed, run_dir, "skipped")
-    if shared.failed(run_dir, compare_id):
-        echo(f"{head}: failed in another worker ({shared.failed(run_dir, compare_id)}), skipped")
+    failed_elsewhere = shared.failed(run_dir, compare_id)
+    if failed_elsewhere:
+        echo(f"{head}: failed in another worker ({failed_elsewhere}), skipped")
         return Outcome(encoder, seed, run_dir, "skipped")
     run_dir.mkdir(parents=True, exist_ok=True)
     try:

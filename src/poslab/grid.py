@@ -8,7 +8,8 @@ under ``<run.root>/.grids/``, the runs' in their directories):
   others, so every run is tagged ``compare:<id>`` and the report run is one;
 * each run's lock (:mod:`poslab.locks`) — the claim: a worker trains a run only while it holds it, and a claim
   whose process is gone (killed, preempted) is free again, so another worker resumes that run;
-* ``<run>/.failed`` — a run that failed for this compare id: settled, not retried by the other workers;
+* ``<run>/.failed`` — a run that failed for this compare id: settled, not retried by the other workers (an
+  interrupted worker forgets its own, so the same command, rerun, retries them);
 * ``<modality>-<grid>-<id>.report`` — the report claim: once every run is settled, the worker that creates it
   first writes the report and the W&B report run, then removes the compare id (the next comparison of the
   grid gets a new one) and keeps the claim, so a worker of this comparison finishing later does not report.
@@ -22,6 +23,7 @@ import hashlib
 import json
 import os
 import secrets
+import socket
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -93,7 +95,20 @@ class SharedGrid:
         return record.get("error") if record.get("compare_id") == compare_id else None
 
     def mark_failed(self, run_dir: Path, compare_id: str, error: str) -> None:
-        write_json_atomic(run_dir / FAILED, {"compare_id": compare_id, "error": error})
+        record = {"compare_id": compare_id, "error": error, "host": socket.gethostname(), "pid": os.getpid()}
+        write_json_atomic(run_dir / FAILED, record)
+
+    def forget_own_failures(self, compare_id: str) -> None:
+        """An interrupted worker's failures are not settled: its comparison keeps its id, so the same command
+        run again (or another worker) retries them, as a rerun retries any failed run."""
+        me = (socket.gethostname(), os.getpid())
+        for run_dir in self.runs:
+            try:
+                record = json.loads((run_dir / FAILED).read_text())
+            except (OSError, ValueError):
+                continue
+            if record.get("compare_id") == compare_id and (record.get("host"), record.get("pid")) == me:
+                (run_dir / FAILED).unlink(missing_ok=True)
 
     def settled(self, run_dir: Path, compare_id: str) -> bool:
         return (run_dir / "summary.json").exists() or self.failed(run_dir, compare_id) is not None
