@@ -186,3 +186,43 @@ def test_flip_flop_evaluation_makes_writes_sparser_by_the_multiple():
 
     assert writes(1.0) == pytest.approx(1 / 9, rel=0.1)
     assert writes(4.0) == pytest.approx(1 / 36, rel=0.15)
+
+
+def _flip_flop_module(**eval_overrides):
+    from poslab.modalities.text.sequence import SequenceDataModule
+
+    overrides = [f"eval.{k}={v}" for k, v in eval_overrides.items()]
+    cfg = compose(["modality=text", "experiment=flip_flop", "data.eval_sequences=400", *overrides])
+    dm = SequenceDataModule(cfg.data, cfg.get("seed", 0))
+    dm.setup()
+    return dm
+
+
+def _write_share(loader) -> float:
+    from poslab.modalities.text.sequence_tasks import READ, WRITE
+
+    ops = torch.cat([item["windows"][:, 2::2] for item in loader])  # every instruction after the first write
+    return ((ops == WRITE).sum() / (ops != READ).sum()).item()
+
+
+def test_flip_flop_length_study_keeps_the_training_writes_and_the_sparse_test_the_training_length():
+    """Liu et al.'s two out-of-distribution axes, kept apart: m x the length with writes as frequent as in
+    training, and the training length with writes s times rarer."""
+    from poslab.modalities.text.sequence_tasks import WRITE_SHARE
+
+    dm = _flip_flop_module()
+    for multiple in (2, 4):
+        loader = list(dm.lengen_loader(multiple))
+        assert loader[0]["windows"].shape[1] == multiple * (dm.size * 2)  # m x the instructions
+        assert _write_share(loader) == pytest.approx(WRITE_SHARE, rel=0.15)  # not sparser
+    for sparsity in (4.0, 11.0):
+        loader = list(dm.sparse_loader(sparsity))
+        assert loader[0]["windows"].shape[1] == dm.size * 2  # the training length
+        assert _write_share(loader) == pytest.approx(WRITE_SHARE / sparsity, rel=0.3)
+
+
+def test_sparsity_is_refused_outside_flip_flop():
+    with pytest.raises(ConfigError, match="eval.sparsity applies to data=flip_flop only"):
+        compose(["modality=text", "task.name=sequence", "data.name=copy", "eval.sparsity=[4]"])
+    with pytest.raises(ConfigError, match="eval.sparsity"):
+        compose(["modality=text", "experiment=flip_flop", "eval.sparsity=[0.5]"])

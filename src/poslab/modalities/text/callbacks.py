@@ -1,4 +1,5 @@
-"""The text run's end-of-run evaluation: the length study (loss and accuracy at multiples of the context)."""
+"""The text run's end-of-run evaluations: the length study (loss and accuracy at multiples of the context)
+and flip-flop's sparse test (accuracy at the training length with rarer writes)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from poslab.evaluation.probes import Evaluation, Probe
 from poslab.loggers import log_line_chart
 from poslab.modalities.text import lengen
 from poslab.modalities.text.lengen import BASE, length_passes, usable_extensions
+from poslab.modalities.text.sequence_tasks import WRITE_SHARE
 
 
 class LengthGeneralization(Evaluation):
@@ -87,3 +89,32 @@ class LengthGeneralization(Evaluation):
         self.add_table(trainer, "lengen/acc_by_depth", ["length", "depth", "acc"], rows)
         title = f"{task.encoder.name}: accuracy by depth of the answer"
         self.add_figure(trainer, "lengen/acc_by_depth", plots.depth_heatmap(lengths, grid, title))
+
+
+class SparseFlipFlop(Evaluation):
+    """Flip-flop at the training length with writes ``s`` times rarer for each ``s`` in ``eval.sparsity``
+    (Liu et al. 2023's sparse test, apart from the length study): one test pass each, logged as
+    ``sparse/<metric>@<s>x``."""
+
+    def __init__(self, eval_cfg: dict) -> None:
+        super().__init__()
+        self.sparsity = [float(s) for s in eval_cfg["sparsity"]]
+
+    def probes(self, trainer, task):
+        datamodule = trainer.datamodule
+        for sparsity in self.sparsity:
+            yield Probe(
+                f"sparse/{{}}@{sparsity:g}x",
+                datamodule.sparse_loader(sparsity),
+                lambda batch: task.lengen_measure(batch, False, datamodule.context),
+                datamodule.as_batch,
+                tag=sparsity,
+            )
+
+    def summarize(self, trainer, task, results) -> None:
+        rows = [
+            [probe.tag, WRITE_SHARE / probe.tag, result.value(f"sparse/acc@{probe.tag:g}x")]
+            for probe, result in results
+        ]
+        if rows:
+            self.add_table(trainer, "sparse/acc", ["sparsity", "write share", "acc"], rows)

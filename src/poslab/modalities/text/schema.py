@@ -32,6 +32,9 @@ class TextEvalConfig(EvalConfig):
     rope_scaling: list[Extension] = field(  # type: ignore[valid-type]  # tried at evaluation where they apply
         default_factory=lambda: ["linear", "ntk", "dynamic", "yarn"]
     )
+    # data=flip_flop: writes this many times rarer than in training, at the training length (the sparse
+    # test of Liu et al. 2023; 11 is their FFL(0.98)); logged as sparse/<metric>@<s>x.
+    sparsity: Annotated[list[float], Range(1.0)] = field(default_factory=list)
 
 
 @dataclass
@@ -76,4 +79,6 @@ def check_text(cfg) -> str | None:
     wanted = "sequence" if cfg.data.name in SEQUENCE_TASKS else "lm"
     if cfg.task.name != wanted:
         return f"data={cfg.data.name} needs task.name={wanted} (got task.name={cfg.task.name})"
+    if cfg.eval.sparsity and cfg.data.name != "flip_flop":
+        return f"eval.sparsity applies to data=flip_flop only (got data={cfg.data.name}); set eval.sparsity=[]"
     return None

@@ -99,8 +99,14 @@ class SequenceDataModule(TextDataModule):
         return self.eval_loader(self.fixed_set(self.size, 2), None)
 
     def lengen_loader(self, multiple: int) -> DataLoader:
+        """``multiple`` × the training size, drawn as in training (flip-flop: writes as frequent)."""
         size = task_size(self.cfg.name, self.context * multiple, self.queries)
-        return self.eval_loader(self.fixed_set(size, 3, sparsity=float(multiple)), None)
+        return self.eval_loader(self.fixed_set(size, 3), None)
+
+    def sparse_loader(self, sparsity: float) -> DataLoader:
+        """Flip-flop at the training size with writes ``sparsity`` times rarer: Liu et al.'s sparse test,
+        which moves the last write further back without a length the model has not seen."""
+        return self.eval_loader(self.fixed_set(self.size, 4, sparsity=sparsity), None)
 
     def as_batch(self, item: dict, training: bool = False) -> dict[str, Any]:
         windows = item["windows"]

@@ -63,3 +63,10 @@ class SequenceTask(LanguageModel):
             bucket = (batch["depth"].flatten() * DEPTH_BUCKETS).long().clamp(max=DEPTH_BUCKETS - 1)
             out["depth_acc"] = Buckets(hits, bucket, DEPTH_BUCKETS)
         return out
+
+    def evaluations(self, cfg) -> list:
+        """The length study, and flip-flop's sparse test where ``eval.sparsity`` asks for it."""
+        from poslab.modalities.text.callbacks import SparseFlipFlop
+
+        sparse = [SparseFlipFlop(cfg.eval)] if cfg.eval.get("sparsity") else []
+        return [*super().evaluations(cfg), *sparse]

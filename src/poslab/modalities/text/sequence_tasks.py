@@ -22,11 +22,13 @@ evaluation uses fixed seeded sets at exactly ``multiple`` × the training size.
   starting with a write; only the bit after each ``r`` is scored. Each
   sequence holds Q = ``data.queries`` reads, the last instruction among them;
   the others are writes with probability 1/9 and ignores otherwise (the
-  paper's FFL(0.8): reads and writes 0.1 each, ignores 0.8). Evaluation at m×
-  also makes writes m times sparser, so the last write lies m times further
-  back on average: the paper's sparse out-of-distribution test, where CoPE
-  (Golovneva et al. 2024) keeps its accuracy and RoPE and absolute positions
-  lose it.
+  paper's FFL(0.8): reads and writes 0.1 each, ignores 0.8). Two tests, kept
+  apart: m× the length with writes as frequent as in training (the length
+  study), and the training length with writes s times rarer (``sparsity``;
+  s = 11 is the paper's FFL(0.98)), so the last write lies further back than
+  training put it without any unseen length: the paper's sparse
+  out-of-distribution test, where CoPE (Golovneva et al. 2024) keeps its
+  accuracy and RoPE and absolute positions lose it.
 
 Sizes: ``data.context`` is the training sequence budget; copy / reverse use
 n = context // 2 symbols, flip-flop context // 2 instructions; recall with Q = ``data.queries`` holds
