@@ -479,12 +479,16 @@ def _leaves(node: Any, prefix: str = ""):
 def _field_type(schema: type, key: str) -> Any:
     current: Any = schema
     for part in key.split("."):
+        part, *indices = part.replace("]", "").split("[")  # ``rope_scaling[0]``: an item of a list
         if typing.get_origin(current) is Union:  # an optional block (``RopeScaling | None``): its dataclass
             current = next((a for a in typing.get_args(current) if dataclasses.is_dataclass(a)), current)
         hints = typing.get_type_hints(current) if dataclasses.is_dataclass(current) else {}
         if part not in hints:
             return Any
         current = hints[part]
+        for _ in indices:
+            items = typing.get_args(current) if typing.get_origin(current) is list else ()
+            current = items[0] if items else Any
     return current
 
 

@@ -14,8 +14,10 @@ the offset m − n (tested, both layouts, against the complex form).
   p = 1 RoPE). Unlike ``rotary_fraction`` the kept frequencies are the top of
   the full ladder: p = 0.25 rotates by 1 … base^(−1/4) only.
 * ``scaling``: a context extension (:mod:`poslab.encoders.rope_scaling`):
-  ``linear`` (PI), ``ntk``, ``dynamic``, ``yarn``; ``original_max_len`` null =
-  ``max_len``, the training context the data reports.
+  ``linear`` (PI), ``ntk``, ``dynamic``, ``yarn``, ``llama3`` (each also tried at
+  evaluation by the length study) and ``longrope`` (with a model's searched
+  per-frequency factors); ``original_max_len`` null = ``max_len``, the training
+  context the data reports.
 
 cos/sin come from float64 angles reduced modulo 2π, computed once per forward
 pass from the batch's own positions (every layer reuses them; the data module
@@ -33,7 +35,7 @@ import torch
 
 from poslab.encoders.base import PositionEncoder
 from poslab.encoders.registry import register_encoder
-from poslab.encoders.rope_scaling import RopeScaling, scaled_frequencies
+from poslab.encoders.rope_scaling import NEED_ORIGINAL, RopeScaling, scaled_frequencies
 from poslab.encoders.rotary import LastInputCache, Layout, apply_cos_sin, rotation_angles
 from poslab.errors import ConfigError
 from poslab.positions import steps_end
@@ -43,7 +45,7 @@ from poslab.ranges import Base, OptionalCount, PartOf1, ZeroToOne
 @register_encoder("rope")
 class RoPE(PositionEncoder):
     reads = "steps"
-    context_extensions = ("linear", "ntk", "dynamic", "yarn")
+    context_extensions = ("linear", "ntk", "dynamic", "yarn", "llama3")
     length_driven_extensions = ("dynamic",)
 
     def __init__(
@@ -53,7 +55,8 @@ class RoPE(PositionEncoder):
         base: Base = 10000.0,
         layout: Layout = "half",  # half (GPT-NeoX / HF rotate_half) | interleaved (original / GPT-J / Meta)
         rotary_fraction: PartOf1 = 1.0,  # rotate this fraction of each head's channels (GPT-NeoX partial rotary: 0.25)
-        scaling: RopeScaling | None = None,  # e.g. {type: yarn, factor: 4}; types: none linear ntk dynamic yarn
+        scaling: RopeScaling
+        | None = None,  # e.g. {type: yarn, factor: 4}; types: none linear ntk dynamic yarn llama3 longrope
         max_len: OptionalCount = None,  # None: the training context (the length scalings extend from)
         frequency_fraction: ZeroToOne = 1.0,  # p-RoPE: keep the highest fraction p of the frequencies, zero the rest
     ) -> None:
@@ -67,7 +70,7 @@ class RoPE(PositionEncoder):
         self.rotary_fraction = rotary_fraction
         self.max_len = max_len
         self.scaling = scaling if isinstance(scaling, RopeScaling) else RopeScaling(**(scaling or {}))
-        if self.scaling.type in ("dynamic", "yarn") and not (self.scaling.original_max_len or max_len):
+        if self.scaling.type in NEED_ORIGINAL and not (self.scaling.original_max_len or max_len):
             raise ConfigError(f"rope scaling '{self.scaling.type}' needs scaling.original_max_len or max_len")
         self._freqs: dict[tuple, tuple[torch.Tensor, float]] = {}
         self._rows = LastInputCache()

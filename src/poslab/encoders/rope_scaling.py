@@ -14,6 +14,15 @@ factor that multiplies cos and sin (so q·k scales by its square).
   interpolated and original frequencies with a linear ramp between the
   dimensions that rotate ``beta_fast`` (32) and ``beta_slow`` (1) times over
   the original context; attention factor √(1/t) = 0.1·ln(s) + 1 (eq. 22).
+* ``llama3`` — Llama 3.1's scaling (Meta 2024; HF ``_compute_llama3_parameters``): by
+  wavelength λ_i = 2π/θ_i against the original context L₀, frequencies with
+  λ < L₀/``high_freq_factor`` (4) kept, λ > L₀/``low_freq_factor`` (1) divided by s,
+  those between blended with weight (L₀/λ − low)/(high − low) on the kept one.
+* ``longrope`` — LongRoPE (Ding et al. 2024, eq. 3; HF ``_compute_longrope_parameters``):
+  θ_i / λ_i with one searched rescale factor λ_i per frequency, ``long_factor`` when
+  extending (s > 1), ``short_factor`` otherwise, attention factor √(1 + ln s / ln L₀)
+  (``attention_factor`` overrides it). The factors come from a model's search (its
+  config, as Phi-3's): a training-time scaling, not tried at evaluation.
 """
 
 from __future__ import annotations
@@ -25,7 +34,9 @@ from typing import Literal, Optional
 
 import torch
 
-ScalingType = Literal["none", "linear", "ntk", "dynamic", "yarn"]
+ScalingType = Literal["none", "linear", "ntk", "dynamic", "yarn", "llama3", "longrope"]
+#: The scalings that need the original context L₀.
+NEED_ORIGINAL = ("dynamic", "yarn", "llama3", "longrope")
 
 
 @dataclass
@@ -37,6 +48,11 @@ class RopeScaling:
     original_max_len: Optional[int] = None  # noqa: UP045 (OmegaConf reads typing.Optional)
     beta_fast: float = 32.0
     beta_slow: float = 1.0
+    low_freq_factor: float = 1.0  # llama3: wavelengths past L₀ / low_freq_factor are divided by the factor
+    high_freq_factor: float = 4.0  # llama3: wavelengths below L₀ / high_freq_factor are kept
+    long_factor: Optional[list[float]] = None  # noqa: UP045  longrope: λ_i per frequency, when extending
+    short_factor: Optional[list[float]] = None  # noqa: UP045  longrope: λ_i per frequency, within L₀
+    attention_factor: Optional[float] = None  # noqa: UP045  longrope: None = √(1 + ln s / ln L₀)
 
 
 def default_inv_freq(base: float, dim: int, device: torch.device | str | None = None) -> torch.Tensor:
@@ -82,7 +98,45 @@ def _yarn(base, dim, s, original, seq_len, cfg, device):
     return inv / s * (1 - extrapolation) + inv * extrapolation, yarn_attention_factor(s)
 
 
-SCALINGS: dict[str, Callable] = {"none": _none, "linear": _linear, "ntk": _ntk, "dynamic": _dynamic, "yarn": _yarn}
+def _llama3(base, dim, s, original, seq_len, cfg, device):
+    inv = default_inv_freq(base, dim, device)
+    wavelength = 2 * math.pi / inv
+    low, high = cfg.low_freq_factor, cfg.high_freq_factor
+    if not high > low:
+        raise ValueError(f"llama3 scaling needs high_freq_factor > low_freq_factor (got {high} and {low})")
+    kept = (original / wavelength - low) / (high - low)  # share of the original frequency, 1 at λ = L₀/high
+    blended = inv / s * (1 - kept) + inv * kept
+    return torch.where(
+        wavelength < original / high, inv, torch.where(wavelength > original / low, inv / s, blended)
+    ), 1.0
+
+
+def _longrope(base, dim, s, original, seq_len, cfg, device):
+    factors = cfg.long_factor if s > 1 else cfg.short_factor
+    which = "long_factor" if s > 1 else "short_factor"
+    if factors is None or len(factors) != dim // 2:
+        got = "none" if factors is None else f"{len(factors)} values"
+        raise ValueError(f"longrope scaling needs {which} with {dim // 2} values, one per frequency (got {got})")
+    rescale = torch.tensor(list(factors), dtype=torch.float64, device=device)
+    if cfg.attention_factor is not None:
+        attention = float(cfg.attention_factor)
+    else:
+        attention = 1.0 if s <= 1 else math.sqrt(1 + math.log(s) / math.log(original))
+    return default_inv_freq(base, dim, device) / rescale, attention
+
+
+SCALINGS: dict[str, Callable] = {
+    "none": _none,
+    "linear": _linear,
+    "ntk": _ntk,
+    "dynamic": _dynamic,
+    "yarn": _yarn,
+    "llama3": _llama3,
+    "longrope": _longrope,
+}
+#: Scalings that need what a model's own search found (per-frequency factors): set in ``encoder.scaling``,
+#: not tried as an evaluation-time extension.
+SEARCHED = ("longrope",)
 
 
 def scaled_frequencies(
@@ -95,9 +149,9 @@ def scaled_frequencies(
     device: torch.device | str | None = None,
 ) -> tuple[torch.Tensor, float]:
     """(inverse frequencies ``[dim/2]`` float64 on ``device``, attention factor) for ``cfg``."""
-    if cfg.type == "none" or (cfg.factor == 1.0 and cfg.type != "dynamic"):
+    if cfg.type == "none" or (cfg.factor == 1.0 and cfg.type not in ("dynamic", "longrope")):
         return default_inv_freq(base, dim, device), 1.0
     original = cfg.original_max_len or original_max_len
-    if original is None and cfg.type in ("dynamic", "yarn"):
+    if original is None and cfg.type in NEED_ORIGINAL:
         raise ValueError(f"rope scaling '{cfg.type}' needs original_max_len")
     return SCALINGS[cfg.type](base, dim, float(cfg.factor), original, seq_len, cfg, device)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Annotated, Literal, Optional
 
-from poslab.encoders.rope_scaling import SCALINGS
+from poslab.encoders.rope_scaling import SCALINGS, SEARCHED
 from poslab.modalities.text.model import CausalLM
 from poslab.modalities.text.sequence_tasks import TASKS as SEQUENCE_TASKS
 from poslab.modalities.text.sources import SOURCES as TEXT_SOURCES
@@ -19,7 +19,8 @@ from poslab.options import options_schema
 from poslab.ranges import AT_LEAST_1, Range
 from poslab.schema import EvalConfig, ModelConfig
 
-Extension = Literal[tuple(k for k in SCALINGS if k != "none")]  # type: ignore[valid-type]
+#: What the length study may apply at evaluation: every scaling but none and those needing a model's search.
+Extension = Literal[tuple(k for k in SCALINGS if k not in ("none", *SEARCHED))]  # type: ignore[valid-type]
 
 
 @dataclass
