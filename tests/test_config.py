@@ -161,7 +161,8 @@ def test_rope_scaling_is_set_key_by_key_from_the_command_line():
         ),
         (
             ["modality=text", "encoder=rope", "encoder.scaling.type=warp"],
-            "'encoder.scaling.type' expects one of 'none', 'linear', 'ntk', 'dynamic', 'yarn', 'llama3', 'longrope', got 'warp'",
+            "'encoder.scaling.type' expects one of 'none', 'linear', 'ntk', 'dynamic', 'yarn', 'llama3', "
+            "'longrope', got 'warp'",
         ),
     ],
 )

@@ -26,6 +26,7 @@ from poslab.encoders import (
 )
 from poslab.encoders.registry import encoder_options
 from poslab.nn.backbone import Transformer
+from poslab.positions import Positions
 from poslab.ranges import range_of
 from tests.encoders.test_registry import SAMPLE_CONTEXT, sample_positions
 
@@ -71,7 +72,7 @@ def check_layers(model: Transformer, scores_of_layer, causal: bool, length: int 
     torch.manual_seed(1)
     x = torch.randn(2, length, DIM)
     for index, ((inputs, out), block) in enumerate(
-        zip(recorded_attention(model, x, torch.arange(length)), model.blocks, strict=True)
+        zip(recorded_attention(model, x, Positions(steps=torch.arange(length))), model.blocks, strict=True)
     ):
         expected = attention_from_scores(block.attn, inputs, scores_of_layer(index), causal)
         torch.testing.assert_close(out.double(), expected, rtol=2e-4, atol=2e-5, msg=f"layer {index}")
@@ -233,10 +234,19 @@ TRIED: dict[tuple[str, str], list[typing.Any]] = {
     ("mrope", "sections"): [None, [4, 2, 2], [2, 2, 4]],  # None: Qwen2-VL's ratio, [2, 3, 3] of 8 pairs
     ("rope3d", "sections"): [None, [2, 3, 3], [3, 3, 2]],  # None: [4, 2, 2]
     ("rope", "scaling"): [None, {"type": "linear", "factor": 2.0}],
+    ("ssmax", "init_scale"): [None, 0.5],  # None: 1 / log of the context
+    ("ssmax", "max_len"): [64, 16],  # sets s's start when init_scale is None
+    ("temperature", "floor_scale"): [None, 4],  # None: the context (64, past the 16 sample tokens)
+    ("temperature", "max_len"): [64, 4],  # the floor scale when floor_scale is None
     ("timefeatures", "step_seconds"): [3600, 60],
     ("t5", "max_distance"): [128, 16],  # 16 tokens' distances fall in other log buckets only below 128
     ("videorope", "temporal_pairs"): [None, 4],  # None: a quarter of the pairs, 2
     ("videorope", "grid_size"): [(4, 4), (2, 2)],
+}
+
+#: Options set along with one tried, so that the tried one acts on the 16 sample tokens.
+ALONG: dict[tuple[str, str], dict[str, typing.Any]] = {
+    ("temperature", "attn_scale"): {"floor_scale": 4},  # 1 before the floor scale (the context, 64)
 }
 
 #: Options that do not change what a model of the sample context computes, and why (the data's own value
@@ -295,7 +305,7 @@ def deterministic_(module: torch.nn.Module) -> None:
 def computed(name: str, option: str, value) -> tuple[dict[str, torch.Tensor], list[torch.Tensor]]:
     """The encoder's parameters as constructed, and what a 4-layer model with it computes, causal and
     bidirectional (told to the encoder as a task tells it), once its parameters are set from their indices."""
-    options = {**encoder_defaults(name), option: value}
+    options = {**encoder_defaults(name), **ALONG.get((name, option), {}), option: value}
     pos = sample_positions(16, facts=True)
     torch.manual_seed(1)
     x = torch.randn(2, 16, DIM)
@@ -324,7 +334,7 @@ def test_every_option_of_every_encoder_has_values_to_try():
     a number with a range); one that does not is listed in TRIED (or INERT, with the reason)."""
     untried = [(name, option) for name, option, values in option_cases() if not values]
     assert not untried, f"add the values to try to TRIED: {untried}"
-    stale = [key for key in (*TRIED, *INERT) if key[1] not in encoder_options(key[0])]
+    stale = [key for key in (*TRIED, *ALONG, *INERT) if key[1] not in encoder_options(key[0])]
     assert not stale, stale
 
 

@@ -1,0 +1,100 @@
+"""``ssmax`` against Nakanishi 2025 (eq. 2, Figure 1) and ``temperature`` against Llama 4's query scale, in
+what the backbone's attention computes."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from poslab.encoders import build_encoder, build_encoder_in_context
+from tests.encoders.test_attention_computes import (
+    DIM,
+    HEADS,
+    LENGTH,
+    check_layers,
+    model_with,
+    plain_scores,
+    rotary_scores,
+)
+
+
+def ssmax_probabilities(z: torch.Tensor, s: float, n: int) -> torch.Tensor:
+    """Eq. 2: z_j ↦ n^(s·z_j) / Σ_t n^(s·z_t)."""
+    powers = torch.tensor([n ** (s * v) for v in z.tolist()], dtype=torch.float64)
+    return powers / powers.sum()
+
+
+def test_figure_1_softmax_fades_with_the_input_size_and_ssmax_does_not():
+    """The paper's Figure 1: −2 everywhere but +3 last, s = 0.43: Softmax's largest output falls towards 0 as
+    n grows, SSMax's stays near 1 — computed from queries the encoder scales."""
+    enc = build_encoder("ssmax", dim=4, num_heads=1, init_scale=0.43, max_len=16)
+    for n, softmax_max in ((10, 0.943), (1000, 0.129)):
+        k = torch.full((1, 1, n, 4), -1.0)
+        k[..., -1, :] = 1.5  # q·k = −2 for every key but the last (+3) with q = (1, 1, 0, 0) · … below
+        q = torch.zeros(1, 1, n, 4)
+        q[..., :2] = 1.0
+        z = (q[0, 0, -1] @ k[0, 0].T) / 1.0  # the logits of the last query (n keys under a causal mask)
+        assert z[:-1].eq(-2).all() and z[-1] == 3
+        scaled = enc.rotate_query(q, torch.arange(n))[0, 0, -1] @ k[0, 0].T  # s·log n · z
+        probabilities = scaled.double().softmax(-1)
+        torch.testing.assert_close(probabilities, ssmax_probabilities(z, 0.43, n), rtol=1e-5, atol=1e-7)
+        assert z.double().softmax(-1).max().item() == pytest.approx(softmax_max, abs=1e-3)
+        assert probabilities.max() > 0.94  # 0.940 at n = 10, 0.9996 at n = 1,000
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_ssmax_attention_scales_each_querys_logits_by_s_log_n(causal):
+    """Every layer attends with softmax(s_h · log n_i · q·k/√d): n_i = i + 1 keys under the causal mask, all L
+    otherwise (the task tells the encoder which), with a different s per head."""
+    context = {"max_len": 64, "bidirectional": not causal}
+    encoder = build_encoder_in_context("ssmax", dim=DIM, num_heads=HEADS, options={}, context=context)
+    assert encoder.scale.tolist() == pytest.approx([1 / math.log(64)] * HEADS)  # plain softmax at length 64
+    with torch.no_grad():
+        encoder.scale.copy_(torch.tensor([0.3, 1.7]))
+    n = torch.arange(1, LENGTH + 1, dtype=torch.float64) if causal else torch.full((LENGTH,), float(LENGTH))
+    scale = torch.tensor([0.3, 1.7], dtype=torch.float64).view(1, HEADS, 1, 1) * n.log().view(1, 1, -1, 1)
+    check_layers(model_with(encoder, depth=2, causal=causal), lambda _: lambda q, k: scale * plain_scores(q, k), causal)
+
+
+def test_rope_with_ssmax_scales_ropes_scores():
+    options = {"rope": {"base": 100.0, "layout": "interleaved"}, "ssmax": {"init_scale": 0.5}}
+    context = {"max_len": 64, "bidirectional": False}
+    encoder = build_encoder_in_context("rope+ssmax", dim=DIM, num_heads=HEADS, options=options, context=context)
+    log_n = torch.arange(1, LENGTH + 1, dtype=torch.float64).log().view(1, 1, -1, 1)
+    check_layers(
+        model_with(encoder), lambda _: lambda q, k: 0.5 * log_n * rotary_scores(q, k, 100.0, "interleaved"), True
+    )
+
+
+@pytest.mark.parametrize(
+    ("position", "factor"),
+    [
+        (0, 1.0),
+        (8190, 1.0),
+        (8191, 1 + 0.1 * math.log(2)),
+        (3 * 8192 - 1, 1 + 0.1 * math.log(4)),
+        (3 * 8192 - 2, 1 + 0.1 * math.log(3)),
+    ],
+)
+def test_llama4_temperature_at_named_positions(position, factor):
+    """Llama 4 (F = 8,192, a = 0.1): 1 + a·log(⌊(i + 1)/F⌋ + 1); a shift of one position across a step fails."""
+    enc = build_encoder("temperature", dim=8, num_heads=1, floor_scale=8192)
+    assert enc.factor(torch.tensor([position]))[0].item() == pytest.approx(factor, rel=1e-6)
+
+
+def test_irope_with_temperature_scales_only_its_nope_layer():
+    """``rope,rope,rope,temperature``: layers 0-2 attend with RoPE, layer 3 with q·k scaled by the temperature
+    of each query's position (F = 4 makes it visible in 12 tokens)."""
+    options = {"rope": {"base": 100.0}, "temperature": {"floor_scale": 4, "attn_scale": 0.5}}
+    encoder = build_encoder_in_context(
+        "rope,rope,rope,temperature", dim=DIM, num_heads=HEADS, options=options, context={"max_len": 64}
+    )
+    steps = torch.arange(LENGTH, dtype=torch.float64)
+    factor = (1 + 0.5 * torch.log1p(torch.floor((steps + 1) / 4))).view(1, 1, -1, 1)
+    assert factor.max() > 1.5
+    rope = lambda q, k: rotary_scores(q, k, 100.0, "half")  # noqa: E731
+    check_layers(
+        model_with(encoder, depth=4), lambda i: rope if i < 3 else lambda q, k: factor * plain_scores(q, k), True
+    )
