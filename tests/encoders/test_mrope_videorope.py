@@ -266,3 +266,46 @@ def test_a_transformer_sees_the_token_order(name):
         gap = (model(x[:, perm], Positions(coords3d=coords)) - model(x, Positions(coords3d=coords))[:, perm]).abs()
     assert gap.max() > 1e-3
     assert math.isfinite(gap.max().item())
+
+
+def hf_interleaved_angles(coords: torch.Tensor, inv_freq: torch.Tensor, section: list[int]) -> torch.Tensor:
+    """HF ``apply_interleaved_mrope`` (Qwen3-VL) literally: the frame index's angles for every pair, then the
+    row's written into ``slice(1, 3h, 3)`` and the column's into ``slice(2, 3w, 3)``."""
+    freqs = coords.double().T[:, :, None] * inv_freq  # [3, L, P]: t, row, col
+    out = freqs[0].clone()
+    for axis, offset in ((1, 1), (2, 2)):
+        idx = slice(offset, section[axis] * 3, 3)
+        out[..., idx] = freqs[axis, ..., idx]
+    return out
+
+
+@pytest.mark.parametrize(("dim", "heads", "sections"), [(256, 2, None), (32, 2, None), (32, 2, [3, 3, 2])])
+def test_interleaved_mrope_is_qwen3vls_assignment(dim, heads, sections):
+    """Qwen3-VL's [24, 20, 20] at 64 pairs (its own), the 8-pair default [4, 2, 2], and other sections."""
+    enc = build_encoder("mrope", dim=dim, num_heads=heads, interleaved=True, sections=sections, base=100.0)
+    pairs = dim // heads // 2
+    expected_sections = sections or [pairs - 2 * (5 * pairs // 16), 5 * pairs // 16, 5 * pairs // 16]
+    assert enc.sections == expected_sections
+    coords = torch.tensor([[t, r, c] for t in range(3) for r in range(2) for c in range(4)], dtype=torch.float32)
+    inv_freq = 1.0 / 100.0 ** (torch.arange(0, 2 * pairs, 2, dtype=torch.float64) / (2 * pairs))
+    golden = torch.remainder(hf_interleaved_angles(coords, inv_freq, expected_sections), 2 * math.pi).float()
+    torch.testing.assert_close(enc.angles(coords), golden, rtol=1e-6, atol=1e-6)
+    if dim == 256:
+        assert enc.sections == [24, 20, 20]
+
+
+def test_interleaved_mrope_gives_the_column_high_frequencies_and_text_tokens_stay_1d_rope():
+    """Chunked M-RoPE gives the column only the lowest frequencies; interleaved gives it the second-highest too.
+    A text token (t = h = w = p) is 1D RoPE at p either way."""
+    chunked = build_encoder("mrope", dim=32, num_heads=2)
+    interleaved = build_encoder("mrope", dim=32, num_heads=2, interleaved=True)
+    assert chunked.axis_of_pair.tolist().index(2) == 5 and interleaved.axis_of_pair.tolist().index(2) == 2
+    rope = build_encoder("rope", dim=32, num_heads=2)
+    x = torch.randn(1, 2, 6, 16)
+    text = torch.arange(6, dtype=torch.float32)[:, None].expand(6, 3)
+    torch.testing.assert_close(interleaved.rotate(x, text), rope.rotate(x, torch.arange(6)), rtol=1e-5, atol=1e-5)
+
+
+def test_sections_that_do_not_interleave_are_refused():
+    with pytest.raises(ConfigError, match="do not fit interleaved over 8 pairs"):
+        build_encoder("mrope", dim=32, num_heads=2, interleaved=True, sections=[1, 3, 4])

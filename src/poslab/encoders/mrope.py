@@ -11,6 +11,13 @@ Hugging Face transformers ``apply_multimodal_rotary_pos_emb``
 * ``sections``: pair counts ``[t, h, w]`` summing to Dh/2; null = Qwen2-VL's
   proportions [1/4, 3/8, 3/8] as h = w = ⌊3·(Dh/2)/8⌋ and t the rest
   ([16, 24, 24] at Dh 128, exactly Qwen2-VL's; [2, 3, 3] at Dh 16).
+* ``interleaved``: Qwen3-VL's interleaved M-RoPE (Bai et al. 2025, Qwen3-VL;
+  HF ``apply_interleaved_mrope``): instead of consecutive blocks, pair k
+  follows the row when k ≡ 1 (mod 3) and k < 3h, the column when k ≡ 2
+  (mod 3) and k < 3w, the frame index otherwise, so every axis gets
+  frequencies from the whole ladder (chunked M-RoPE gives the column only
+  the lowest). Its sections default to Qwen3-VL's [24, 20, 20] of 64 pairs:
+  h = w = ⌊5·pairs/16⌋, t the rest.
 * A text-like token (t = h = w = p) is rotated exactly as 1D RoPE at p
   (the paper's stated property; tested).
 
@@ -43,6 +50,18 @@ def qwen2vl_sections(pairs: int) -> list[int]:
     """
     spatial = 3 * pairs // 8
     return [pairs - 2 * spatial, spatial, spatial]
+
+
+def qwen3vl_sections(pairs: int) -> list[int]:
+    """Qwen3-VL's interleaved ``[t, h, w]``: h = w = ⌊5·pairs/16⌋, t the rest ([24, 20, 20] at 64 pairs)."""
+    spatial = 5 * pairs // 16
+    return [pairs - 2 * spatial, spatial, spatial]
+
+
+def interleaved_axes(sections: list[int], pairs: int) -> list[int]:
+    """HF ``apply_interleaved_mrope``'s assignment: row at k ≡ 1, column at k ≡ 2 (mod 3) below 3h and 3w."""
+    _, h, w = sections
+    return [ROW if k % 3 == 1 and k < 3 * h else COL if k % 3 == 2 and k < 3 * w else TIME for k in range(pairs)]
 
 
 class AxisRoPE3D(PositionEncoder):
@@ -100,10 +119,12 @@ class MRoPE(AxisRoPE3D):
         # [t, h, w] pairs summing to head_dim/2; None: h = w = floor(3/8 of them), t the rest ([16, 24, 24] at 128)
         sections: list[int] | None = None,
         layout: Layout = "half",  # half (HF rotate_half, as the reference) | interleaved
+        interleaved: bool = False,  # Qwen3-VL: t, h, w pairs interleaved over the ladder instead of blocks
     ) -> None:
         super().__init__(dim, num_heads, base, layout)
+        self.interleaved = interleaved
         if sections is None:
-            sections = qwen2vl_sections(self.pairs)
+            sections = qwen3vl_sections(self.pairs) if interleaved else qwen2vl_sections(self.pairs)
             if min(sections) < 1:
                 raise ConfigError(
                     f"mrope needs a head dim of at least 6 (one pair each for t, h, w), got {self.head_dim}"
@@ -114,8 +135,18 @@ class MRoPE(AxisRoPE3D):
                 f"mrope.sections={sections} must be three pair counts [t, h, w] summing to head_dim/2 = {self.pairs}"
             )
         self.sections = sections
-        # Qwen2-VL §2.1 / HF mrope_section: consecutive frequency blocks for t, then h (row), then w (col)
-        self.set_axes([TIME] * sections[0] + [ROW] * sections[1] + [COL] * sections[2])
+        if not interleaved:
+            # Qwen2-VL §2.1 / HF mrope_section: consecutive frequency blocks for t, then h (row), then w (col)
+            self.set_axes([TIME] * sections[0] + [ROW] * sections[1] + [COL] * sections[2])
+            return
+        axes = interleaved_axes(sections, self.pairs)
+        if [axes.count(a) for a in (TIME, ROW, COL)] != sections:
+            raise ConfigError(
+                f"mrope.sections={sections} do not fit interleaved over {self.pairs} pairs: the row takes pairs "
+                f"1, 4, … below 3h and the column 2, 5, … below 3w "
+                f"(need 3h − 2 < {self.pairs} and 3w − 1 < {self.pairs})"
+            )
+        self.set_axes(axes)
 
     def extra_repr(self) -> str:
-        return f"{super().extra_repr()}, sections={self.sections}"
+        return f"{super().extra_repr()}, sections={self.sections}, interleaved={self.interleaved}"
