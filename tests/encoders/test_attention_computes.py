@@ -196,6 +196,35 @@ def test_rnope_attends_without_position_in_every_nope_every_th_layer(layout, nop
     check_layers(model_with(encoder, depth=4), scores_of_layer, causal=True)
 
 
+def outside_window(length: int, window: int, causal: bool) -> torch.Tensor:
+    """Keys a query may not see in a W-token sliding window: i − j ≥ W, or |i − j| ≥ W bidirectional."""
+    offset = torch.arange(length)[:, None] - torch.arange(length)[None, :]
+    return offset >= window if causal else offset.abs() >= window
+
+
+@pytest.mark.parametrize("window", [3, 5])
+def test_rnope_swa_windows_its_rope_layers_and_keeps_the_nope_layers_global(window):
+    """Cohere's RNoPE-SWA: the RoPE layers attend within a W-token sliding window, the NoPE layer (3) to every
+    earlier token."""
+    encoder = build_encoder("rnope", dim=DIM, num_heads=HEADS, base=100.0, layout="half", window=window)
+    hidden = outside_window(LENGTH, window, causal=True)
+
+    def scores_of_layer(index):
+        if index == 3:
+            return plain_scores
+        return lambda q, k: rotary_scores(q, k, 100.0, "half").masked_fill(hidden, float("-inf"))
+
+    check_layers(model_with(encoder, depth=4), scores_of_layer, causal=True)
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_a_windowed_rope_attends_within_its_window_either_way(causal):
+    encoder = build_encoder("rope", dim=DIM, num_heads=HEADS, base=100.0, window=4)
+    hidden = outside_window(LENGTH, 4, causal)
+    scores = lambda q, k: rotary_scores(q, k, 100.0, "half").masked_fill(hidden, float("-inf"))  # noqa: E731
+    check_layers(model_with(encoder, depth=2, causal=causal), lambda _: scores, causal=causal)
+
+
 def test_a_per_layer_pattern_gives_each_layer_its_member():
     """``encoder=xpos,none,rope``: layer i attends as member i mod 3 (xPos's decay, nothing, plain RoPE),
     each with the options given to it."""
@@ -234,6 +263,8 @@ TRIED: dict[tuple[str, str], list[typing.Any]] = {
     ("mrope", "sections"): [None, [4, 2, 2], [2, 2, 4]],  # None: Qwen2-VL's ratio, [2, 3, 3] of 8 pairs
     ("rope3d", "sections"): [None, [2, 3, 3], [3, 3, 2]],  # None: [4, 2, 2]
     ("rope", "scaling"): [None, {"type": "linear", "factor": 2.0}],
+    ("rope", "window"): [None, 4, 8],
+    ("rnope", "window"): [None, 4],
     ("ssmax", "init_scale"): [None, 0.5],  # None: 1 / log of the context
     ("ssmax", "max_len"): [64, 16],  # sets s's start when init_scale is None
     ("temperature", "floor_scale"): [None, 4],  # None: the context (64, past the 16 sample tokens)

@@ -137,6 +137,12 @@ class PositionEncoder(nn.Module):
         """The encoder whose attention hooks layer ``index`` uses; default: this one in every layer."""
         return self
 
+    def attention_window(self) -> int | None:
+        """W for sliding-window attention in the layers that use this encoder (a query sees the W tokens up
+        to itself, or within W − 1 either side when bidirectional: Beltagy et al. 2020, Mistral 7B);
+        default None: every key."""
+        return None
+
     def extended(self, kind: str, factor: float) -> PositionEncoder:
         """A copy that extends the context ``factor``-fold by ``kind``, for evaluation only."""
         raise NotImplementedError(f"encoder '{self.name}' has no context extension '{kind}'")

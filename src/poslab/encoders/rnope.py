@@ -4,8 +4,8 @@ The hybrid of Yang et al. 2025 ("Rope to Nope and Back Again: A New Hybrid
 Attention Strategy", Cohere's RNoPE) and of Llama 4's interleaved NoPE layers
 (iRoPE): one layer in four attends without position, which those papers find
 retrieves better past the training length. Their models also give the RoPE
-layers a sliding window (or chunked) attention; that part is not here, so this
-is the position half of the recipe. Any pattern of registered encoders per
+layers a sliding window (Cohere's RNoPE-SWA; SWAN-GPT): ``window`` = W puts
+the RoPE layers on W-token sliding windows and keeps the NoPE layers global. Any pattern of registered encoders per
 layer is ``encoder=a,a,a,b`` (:mod:`poslab.encoders.layered`); this preset is
 RoPE with its options (and its context extensions
 at evaluation, in the RoPE layers) plus the period.
@@ -32,8 +32,9 @@ class RNoPE(RoPE):
         layout: Layout = "half",  # half | interleaved, as rope
         max_len: OptionalCount = None,  # None: the training context (the RoPE extensions extend from it)
         nope_every: Count = 4,  # layers 3, 7, ... (counting from 0) attend without position
+        window: OptionalCount = None,  # the RoPE layers' sliding window (RNoPE-SWA); None: global
     ) -> None:
-        super().__init__(dim, num_heads, base=base, layout=layout, max_len=max_len)
+        super().__init__(dim, num_heads, base=base, layout=layout, max_len=max_len, window=window)
         self.nope_every = nope_every
         self.nope = NoPosition(dim, num_heads)
 
@@ -42,4 +43,4 @@ class RNoPE(RoPE):
         return self.nope if (index + 1) % self.nope_every == 0 else self
 
     def extra_repr(self) -> str:
-        return f"{super().extra_repr()}, nope_every={self.nope_every}"
+        return f"{super().extra_repr()}, nope_every={self.nope_every}, window={self.window}"

@@ -13,6 +13,10 @@ the offset m − n (tested, both layouts, against the complex form).
   set the lowest to 0, so their channels carry no position (p = 0 is NoPE,
   p = 1 RoPE). Unlike ``rotary_fraction`` the kept frequencies are the top of
   the full ladder: p = 0.25 rotates by 1 … base^(−1/4) only.
+* ``window``: sliding-window attention of W tokens in the layers this encoder
+  serves (Mistral 7B; the local layers of Gemma 2/3, Cohere's RNoPE-SWA and
+  SWAN-GPT, whose global layers go without position: ``rnope`` with a
+  window).
 * ``scaling``: a context extension (:mod:`poslab.encoders.rope_scaling`):
   ``linear`` (PI), ``ntk``, ``dynamic``, ``yarn``, ``llama3`` (each also tried at
   evaluation by the length study) and ``longrope`` (with a model's searched
@@ -59,9 +63,11 @@ class RoPE(PositionEncoder):
         | None = None,  # e.g. {type: yarn, factor: 4}; types: none linear ntk dynamic yarn llama3 longrope
         max_len: OptionalCount = None,  # None: the training context (the length scalings extend from)
         frequency_fraction: ZeroToOne = 1.0,  # p-RoPE: keep the highest fraction p of the frequencies, zero the rest
+        window: OptionalCount = None,  # sliding-window attention of W tokens in its layers; None: global
     ) -> None:
         super().__init__(dim, num_heads)
         self.frequency_fraction = frequency_fraction
+        self.window = window
         self.rot_dim = 2 * int(self.head_dim * rotary_fraction / 2)
         if not 0 < self.rot_dim <= self.head_dim:
             raise ConfigError(f"rope: rotary_fraction={rotary_fraction} leaves no channel pair to rotate")
@@ -86,6 +92,9 @@ class RoPE(PositionEncoder):
             kept = round(self.frequency_fraction * len(inv_freq))
             inv_freq = torch.cat((inv_freq[:kept], torch.zeros_like(inv_freq[kept:])))
         return inv_freq, factor
+
+    def attention_window(self) -> int | None:
+        return self.window
 
     def extended(self, kind: str, factor: float) -> RoPE:
         """A copy with a context extension, for evaluation past the training length."""

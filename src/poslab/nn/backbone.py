@@ -83,7 +83,8 @@ class Transformer(nn.Module):
             encoder = self.encoder.for_layer(index)
             found = [bias for owner, bias in made if owner is encoder]
             if not found:
-                found = [self.attention_bias(pos, p, x.dtype, x.device, allowed, encoder)]
+                mask = windowed(allowed, encoder.attention_window(), x.shape[1], p, self.causal, x.device)
+                found = [self.attention_bias(pos, p, x.dtype, x.device, mask, encoder)]
                 made.append((encoder, found[0]))
             x = block(x, encoder, pos, found[0], p, self.causal)
         return self.norm(x)
@@ -114,3 +115,21 @@ class Transformer(nn.Module):
         if bias.dim() == 3:  # [H, L, L] -> [1, H, L, L]: broadcast over the batch (a 3D mask is slow in SDPA)
             bias = bias.unsqueeze(0)
         return AttentionBias(dense=bias, causal=self.causal, allowed=allowed)
+
+
+def windowed(
+    allowed: torch.Tensor | None, window: int | None, length: int, prefix: int, causal: bool, device
+) -> torch.Tensor | None:
+    """``allowed`` narrowed to a sliding window of ``window`` tokens: key j is visible to query i when
+    i − W < j (with the causal mask: the W tokens up to i) or, bidirectional, |i − j| < W; the prefix
+    tokens (a class token) stay global. None: no window."""
+    if window is None:
+        return allowed
+    index = torch.arange(length, device=device)
+    offset = index[:, None] - index[None, :]  # i − j
+    band = offset < window if causal else offset.abs() < window
+    if prefix:
+        band[:prefix, :] = True
+        band[:, :prefix] = True
+    allowed = None if allowed is None else allowed.to(device)
+    return band if allowed is None else allowed & band
