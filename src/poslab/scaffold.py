@@ -41,6 +41,7 @@ HOOKS = {
     "attention_bias": ("attention_bias(self, q_pos, k_pos)", "an additive logits bias ``[H, Lq, Lk]``"),
     "relative_bias": ("relative_bias(self, offsets)", "the bias of each offset k − q, ``[H, *offsets.shape]``"),
     "content_bias": ("content_bias(self, q, k, logits)", "an additive bias from the content, ``[B, H, Lq, Lk]``"),
+    "input_bias": ("input_bias(self, x, layer)", "an additive bias from the layer's input tokens, ``[B, H, L, L]``"),
 }
 
 ENCODER = '''"""``{name}``: <what it is, in one line>.
@@ -211,6 +212,7 @@ def _encoder(name: str, hook: str, reads: str) -> str:
         "attention_bias": f"positions = self.field(q_pos)  # the tensor of positions.{reads}",
         "relative_bias": "# offsets: k − q, float, any shape",
         "content_bias": "# q, k: [B, H, L, Dh] after rotation; logits: [B, H, Lq, Lk], masked keys at −inf",
+        "input_bias": "# x: [B, L, D], the normed input of layer `layer` (from 0)",
     }[hook]
     return ENCODER.format(
         name=name, cls=class_name(name), reads=reads, hook=hook, signature_line=signature, returns=returns,

@@ -11,8 +11,10 @@ Two refinements for the encoders that need them, each costing nothing to the
 others: ``rotate_query`` / ``rotate_key`` (default: ``rotate``) treat queries
 and keys differently (xPos scales them in opposite directions), and
 ``content_bias(q, k, logits)`` adds a bias computed from the attention logits
-themselves (CoPE counts gates over them); only an encoder that overrides it
-makes attention compute its logits explicitly instead of a fused kernel.
+themselves (CoPE counts gates over them), ``input_bias(x, layer)`` one computed
+from the layer's input tokens (FoX's forget gates); only an encoder that
+overrides one makes attention compute its logits explicitly instead of a fused
+kernel.
 
 A bias that depends only on the offset ``k − q`` (ALiBi, T5, Shaw) overrides
 ``relative_bias(offsets)`` instead: ``attention_bias`` is derived from it, and
@@ -41,7 +43,7 @@ from poslab.offsets import offset_bias
 from poslab.positions import Positions, steps_start
 from poslab.ranges import checked_init
 
-HOOKS = ("encode_input", "rotate", "attention_bias", "relative_bias", "content_bias")
+HOOKS = ("encode_input", "rotate", "attention_bias", "relative_bias", "content_bias", "input_bias")
 #: Overriding any of these is using the ``rotate`` hook.
 ROTATE_HOOKS = ("rotate", "rotate_query", "rotate_key")
 
@@ -131,6 +133,12 @@ class PositionEncoder(nn.Module):
         """A bias from the attention's own content: ``q [B, H, Lq, Dh]``, ``k [B, H, Lk, Dh]`` (after rotation)
         and ``logits [B, H, Lq, Lk]`` (scaled, every other bias added, masked keys at −inf) -> an additive
         ``[B, H, Lq, Lk]``; default: None."""
+        return None
+
+    def input_bias(self, x: torch.Tensor, layer: int) -> torch.Tensor | None:
+        """A logits bias from the tokens layer ``layer`` attends over: ``x [B, L, D]`` (its normed input) ->
+        an additive ``[B, H, L, L]`` (FoX's forget gates); default: None. As ``content_bias``, only an
+        encoder that overrides it makes attention write its logits out."""
         return None
 
     def for_layer(self, index: int) -> PositionEncoder:

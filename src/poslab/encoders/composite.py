@@ -86,5 +86,10 @@ class CompositeEncoder(MemberEncoder):
         biases = [b for b in biases if b is not None]
         return sum(biases[1:], biases[0]) if biases else None
 
+    def input_bias(self, x, layer):
+        biases = [m.input_bias(x, layer) for m in self.members.values() if m.uses("input_bias")]
+        biases = [b for b in biases if b is not None]
+        return sum(biases[1:], biases[0]) if biases else None
+
     def extended(self, kind: str, factor: float) -> CompositeEncoder:
         return CompositeEncoder(self.dim, self.num_heads, self.extended_members(kind, factor))

@@ -54,6 +54,10 @@ class LayeredEncoder(MemberEncoder):
         first = self.for_layer(0)
         return first.content_bias(q, k, logits) if first.uses("content_bias") else None
 
+    def input_bias(self, x, layer):
+        member = self.for_layer(layer)
+        return member.input_bias(x, layer) if member.uses("input_bias") else None
+
     def extended(self, kind: str, factor: float) -> LayeredEncoder:
         return LayeredEncoder(self.dim, self.num_heads, self.extended_members(kind, factor), self.pattern)
 

@@ -196,14 +196,24 @@ class SelfAttention(nn.Module):
         bias: AttentionBias | None = None,
         num_prefix_tokens: int = 0,
         causal: bool = False,
+        layer: int = 0,
     ) -> torch.Tensor:
-        """``x [B, L, D]``; ``bias`` from :meth:`Transformer.attention_bias`."""
+        """``x [B, L, D]``; ``bias`` from :meth:`Transformer.attention_bias`; ``layer``: this block's index."""
         batch, length, dim = x.shape
         q, k, v = self.qkv(x).view(batch, length, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
         q = _rotate_tokens(encoder.rotate_query, q, pos, num_prefix_tokens)
         k = _rotate_tokens(encoder.rotate_key, k, pos, num_prefix_tokens)
         dropout = self.dropout if self.training else 0.0
-        if encoder.uses("content_bias"):
+        if encoder.uses("input_bias"):
+            from_input = encoder.input_bias(x, layer)
+            content = encoder.content_bias if encoder.uses("content_bias") else None
+
+            def content_bias(q, k, logits):
+                extra = None if content is None else content(q, k, logits)
+                return from_input if extra is None else extra + from_input
+
+            out = attend_with_content(q, k, v, bias, causal, dropout, content_bias)
+        elif encoder.uses("content_bias"):
             out = attend_with_content(q, k, v, bias, causal, dropout, encoder.content_bias)
         else:
             out = attend(q, k, v, bias, causal, dropout)

@@ -35,8 +35,8 @@ class TransformerBlock(nn.Module):
         )
         self.attn_dropout = nn.Dropout(dropout)
 
-    def forward(self, x, encoder, pos, bias=None, num_prefix_tokens=0, causal=False):
-        x = x + self.attn_dropout(self.attn(self.norm1(x), encoder, pos, bias, num_prefix_tokens, causal))
+    def forward(self, x, encoder, pos, bias=None, num_prefix_tokens=0, causal=False, layer=0):
+        x = x + self.attn_dropout(self.attn(self.norm1(x), encoder, pos, bias, num_prefix_tokens, causal, layer))
         return x + self.mlp(self.norm2(x))
 
 
@@ -86,7 +86,7 @@ class Transformer(nn.Module):
                 mask = windowed(allowed, encoder.attention_window(), x.shape[1], p, self.causal, x.device)
                 found = [self.attention_bias(pos, p, x.dtype, x.device, mask, encoder)]
                 made.append((encoder, found[0]))
-            x = block(x, encoder, pos, found[0], p, self.causal)
+            x = block(x, encoder, pos, found[0], p, self.causal, index)
         return self.norm(x)
 
     def attention_bias(

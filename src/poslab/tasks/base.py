@@ -30,7 +30,7 @@ class PositionTask(L.LightningModule):
         """
         options = dict(self.cfg["encoder"])
         model = self.cfg["model"]
-        context = {"bidirectional": not causal, **context}
+        context = {"bidirectional": not causal, "depth": model.get("depth"), **context}
         return build_encoder_in_context(
             options.pop("name"), dim=model["dim"], num_heads=model["num_heads"], options=options, context=context
         )
