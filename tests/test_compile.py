@@ -46,6 +46,7 @@ def test_every_hook_compiles_without_a_graph_break(name):
         "content_bias": (lambda q, k: enc.content_bias(q, k, q @ k.transpose(-1, -2)), (q, q.flip(-2))),
         "attention_bias": (lambda p: enc.attention_bias(p, p), (pos,)),
         "relative_bias": (lambda o: enc.relative_bias(o), (torch.arange(-3.0, 4.0),)),
+        "input_bias": (lambda x: enc.input_bias(x, 0), (x,)),
     }
     hooks = encoder_class(name).hooks()
     for hook in hooks:

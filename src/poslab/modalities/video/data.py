@@ -14,6 +14,7 @@ run past it. ``steps`` stay raw frame indices either way.
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -142,9 +143,21 @@ class VideoDataModule(PositionDataModule):
         return DataLoader(self.splits["test"], batch_size=self.cfg.eval_batch_size, num_workers=self.cfg.num_workers)
 
     def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> dict[str, Any]:
-        return self.as_batch(batch)
+        return self.as_batch(batch, self.trainer is not None and self.trainer.training)
 
     def as_batch(self, batch: Any, training: bool = False) -> dict[str, Any]:
         clips, labels = batch
         x = (clips.float().div_(255) - self.mean) / self.std
-        return {"video": x, "label": labels, "pos": self.positions().to(clips.device)}
+        pos = self.positions().to(clips.device)
+        if training and self.cfg.temporal_scales:
+            pos = temporally_scaled(pos, self.cfg.temporal_scales)
+        return {"video": x, "label": labels, "pos": pos}
+
+
+def temporally_scaled(pos: Positions, scales: list[float]) -> Positions:
+    """HoPE's dynamic temporal scaling: coords3d's frame index times one of ``scales``, drawn from the global
+    generator (which a checkpoint restores); the scaled grid is no longer the integral one."""
+    gamma = scales[int(torch.randint(len(scales), ()))]
+    coords3d = pos.coords3d.clone()
+    coords3d[..., 0] *= gamma
+    return dataclasses.replace(pos, coords3d=coords3d, coords3d_grid=None)

@@ -42,6 +42,9 @@ class VideoDataConfig:
     batch_size: Annotated[int, AT_LEAST_1] = 64
     eval_batch_size: Annotated[int, AT_LEAST_1] = 250
     num_workers: Annotated[int, AT_LEAST_0] = 0
+    # HoPE's dynamic temporal scaling (Li et al. 2025): in training, each batch's frame indices (coords3d's
+    # t) times one scale drawn from these ([0.5, 0.75, 1.0, 1.25, 1.5] in the paper); []: none
+    temporal_scales: Annotated[list[float], POSITIVE] = field(default_factory=list)
 
 
 #: ``model.*``: the ViT's keyword options (the space-time ViT adds only the data's ``tubelet``).
