@@ -47,6 +47,8 @@ def test_every_hook_compiles_without_a_graph_break(name):
         "attention_bias": (lambda p: enc.attention_bias(p, p), (pos,)),
         "relative_bias": (lambda o: enc.relative_bias(o), (torch.arange(-3.0, 4.0),)),
         "input_bias": (lambda x: enc.input_bias(x, 0), (x,)),
+        "attention_logits": (lambda q, k, x: enc.attention_logits(q, k, x, 0), (q, q.flip(-2), x)),
+        "attention_weights": (lambda q, k: enc.attention_weights((q @ k.transpose(-1, -2)).tril()), (q, q.flip(-2))),
     }
     hooks = encoder_class(name).hooks()
     for hook in hooks:

@@ -41,6 +41,10 @@ def test_the_stub_registers_and_its_hook_and_golden_test_fail_until_written(hook
                 enc.content_bias(torch.zeros(1, 2, 4, 4), torch.zeros(1, 2, 4, 4), torch.zeros(1, 2, 4, 4))
             elif hook == "input_bias":
                 enc.input_bias(torch.zeros(1, 4, 8), 0)
+            elif hook == "attention_logits":
+                enc.attention_logits(torch.zeros(1, 2, 4, 4), torch.zeros(1, 2, 4, 4), torch.zeros(1, 4, 8), 0)
+            elif hook == "attention_weights":
+                enc.attention_weights(torch.zeros(1, 2, 4, 4))
             else:
                 enc.attention_bias(coords, coords)
         with pytest.raises(AssertionError, match=f"{name}: write the golden values from the paper"):

@@ -31,8 +31,15 @@ def test_every_1d_encoder_is_drawn_on_text(encoder, tmp_path, capsys):
     out = tmp_path / f"{encoder}.png"
     numbers = show_json(capsys, encoder, "--length", "12", "--dim", "16", "--heads", "2", "--out", str(out))
     assert out.stat().st_size > 1000 and numbers["encoder"] == encoder and numbers["length"] == 12
-    drawn = {"table", "similarity", "score_vs_distance", "bias", "content_bias"} & set(numbers)
+    drawn = {"table", "similarity", "score_vs_distance", "bias", "content_bias", "weights"} & set(numbers)
     assert drawn, "every encoder shows something (none: its all-zero similarity)"
+
+
+def test_stick_breaking_is_drawn_as_its_weights_at_equal_logits(capsys, tmp_path):
+    """σ(0) = 1/2 for every key: the key d tokens back takes (1/2)^d, what is left over goes to the query."""
+    numbers = show_json(capsys, "stickbreaking", "--length", "5", "--heads", "2", "--out", str(tmp_path / "s.png"))
+    last = numbers["weights"][0][4]
+    assert last[:4] == pytest.approx([1 / 16, 1 / 8, 1 / 4, 1 / 2]) and last[4] == pytest.approx(1 / 16)
 
 
 def test_sinusoidal_table_is_the_golden_one(capsys, tmp_path):

@@ -42,6 +42,11 @@ HOOKS = {
     "relative_bias": ("relative_bias(self, offsets)", "the bias of each offset k − q, ``[H, *offsets.shape]``"),
     "content_bias": ("content_bias(self, q, k, logits)", "an additive bias from the content, ``[B, H, Lq, Lk]``"),
     "input_bias": ("input_bias(self, x, layer)", "an additive bias from the layer's input tokens, ``[B, H, L, L]``"),
+    "attention_logits": (
+        "attention_logits(self, q, k, x, layer)",
+        "the logits in place of q·k/√Dh, ``[B, H, Lq, Lk]``",
+    ),
+    "attention_weights": ("attention_weights(self, logits)", "the weights in place of the softmax, ``[B, H, Lq, Lk]``"),
 }
 
 ENCODER = '''"""``{name}``: <what it is, in one line>.
@@ -213,6 +218,8 @@ def _encoder(name: str, hook: str, reads: str) -> str:
         "relative_bias": "# offsets: k − q, float, any shape",
         "content_bias": "# q, k: [B, H, L, Dh] after rotation; logits: [B, H, Lq, Lk], masked keys at −inf",
         "input_bias": "# x: [B, L, D], the normed input of layer `layer` (from 0)",
+        "attention_logits": "# q, k: [B, H, L, Dh] after rotation; x: [B, L, D], the normed input of layer `layer`",
+        "attention_weights": "# logits: [B, H, Lq, Lk], scaled, biased, masked keys at −inf",
     }[hook]
     return ENCODER.format(
         name=name, cls=class_name(name), reads=reads, hook=hook, signature_line=signature, returns=returns,

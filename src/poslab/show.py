@@ -156,7 +156,9 @@ def describe(encoder: PositionEncoder, canvas: Canvas, modality: str = "") -> di
             out["bias"] = _nan_as_null(bias)
     if "content_bias" in hooks:  # a bias from the content: drawn for seeded random queries and keys
         out["content_bias"] = _content_bias(encoder, length, canvas.causal)
-    if not any(k in out for k in ("similarity", "table", "score_vs_distance", "bias", "content_bias")):
+    if "attention_weights" in hooks:  # weights in place of the softmax: drawn where every logit is equal
+        out["weights"] = _equal_logit_weights(encoder, length, canvas.causal)
+    if not any(k in out for k in ("similarity", "table", "score_vs_distance", "bias", "content_bias", "weights")):
         out["similarity"] = similarity.tolist()
     return out
 
@@ -172,6 +174,15 @@ def _content_bias(encoder: PositionEncoder, length: int, causal: bool) -> list:
     if causal:
         bias = bias.masked_fill(future, nan)
     return _nan_as_null(bias)
+
+
+def _equal_logit_weights(encoder: PositionEncoder, length: int, causal: bool) -> list:
+    logits = torch.zeros(1, encoder.num_heads, length, length)
+    future = torch.ones(length, length).triu(1).bool()
+    if causal:
+        logits = logits.masked_fill(future, float("-inf"))
+    weights = encoder.attention_weights(logits)[0].float()
+    return _nan_as_null(weights.masked_fill(future, nan) if causal else weights)
 
 
 def _nan_as_null(bias: torch.Tensor) -> list:
@@ -196,6 +207,7 @@ def figure(numbers: dict[str, Any]):
         panels.append(("q·k of a constant q, k vs distance", None))
     panels += [(f"bias, head {h}", matrix) for h, matrix in enumerate(numbers.get("bias", [])[:8])]
     panels += [(f"content bias, head {h} (random q, k)", m) for h, m in enumerate(numbers.get("content_bias", [])[:8])]
+    panels += [(f"weights at equal logits, head {h}", m) for h, m in enumerate(numbers.get("weights", [])[:1])]
     if not panels:
         panels.append(("no position information", numbers["similarity"]))
     fig, axes = plt.subplots(1, len(panels), figsize=(3.6 * len(panels), 3.4), squeeze=False)

@@ -260,6 +260,7 @@ TRIED: dict[tuple[str, str], list[typing.Any]] = {
     ("liere3d", "grid_size"): [(4, 4), (2, 8)],
     ("liere3d", "frames"): [4, 8],
     ("fox", "depth"): [None, 4],  # one gate shared by the layers, or one each
+    ("path", "depth"): [None, 4],  # one set of transforms shared by the layers, or one each
     ("fire", "eps"): [1e-6, 0.5],  # the normaliser's offset: visible once it is not tiny
     ("kerple", "eps"): [0.01, 1.0],  # the floor of its coefficients: 1.0 lifts some
     ("mrope", "sections"): [None, [4, 2, 2], [2, 2, 4]],  # None: Qwen2-VL's ratio, [2, 3, 3] of 8 pairs

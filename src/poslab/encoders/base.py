@@ -43,7 +43,20 @@ from poslab.offsets import offset_bias
 from poslab.positions import Positions, steps_start
 from poslab.ranges import checked_init
 
-HOOKS = ("encode_input", "rotate", "attention_bias", "relative_bias", "content_bias", "input_bias")
+HOOKS = (
+    "encode_input",
+    "rotate",
+    "attention_bias",
+    "relative_bias",
+    "content_bias",
+    "input_bias",
+    "attention_logits",
+    "attention_weights",
+)
+#: Hooks that make attention write its logits out (no fused kernel computes them).
+EXPLICIT_HOOKS = ("content_bias", "input_bias", "attention_logits", "attention_weights")
+#: Hooks that replace a step of attention rather than add to it: at most one member of a composite has each.
+REPLACING_HOOKS = ("attention_logits", "attention_weights")
 #: Overriding any of these is using the ``rotate`` hook.
 ROTATE_HOOKS = ("rotate", "rotate_query", "rotate_key")
 
@@ -139,6 +152,18 @@ class PositionEncoder(nn.Module):
         """A logits bias from the tokens layer ``layer`` attends over: ``x [B, L, D]`` (its normed input) ->
         an additive ``[B, H, L, L]`` (FoX's forget gates); default: None. As ``content_bias``, only an
         encoder that overrides it makes attention write its logits out."""
+        return None
+
+    def attention_logits(self, q: torch.Tensor, k: torch.Tensor, x: torch.Tensor, layer: int) -> torch.Tensor | None:
+        """The logits in place of ``q·k/√Dh``: ``q [B, H, Lq, Dh]``, ``k [B, H, Lk, Dh]`` (after rotation), ``x
+        [B, L, D]`` the layer's normed input -> ``[B, H, Lq, Lk]`` before any bias or mask (PaTH); default:
+        None, the dot product."""
+        return None
+
+    def attention_weights(self, logits: torch.Tensor) -> torch.Tensor | None:
+        """The weights attention averages the values with, from its ``logits [B, H, Lq, Lk]`` (scaled, every
+        bias added, masked keys at −inf; query i's own key is key i) -> ``[B, H, Lq, Lk]``; default: None,
+        the softmax."""
         return None
 
     def for_layer(self, index: int) -> PositionEncoder:

@@ -13,8 +13,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from poslab.encoders.base import HOOKS, PositionEncoder
-from poslab.errors import PoslabError
+from poslab.encoders.base import HOOKS, REPLACING_HOOKS, PositionEncoder
+from poslab.errors import ConfigError, PoslabError
 from poslab.positions import Positions
 
 
@@ -49,8 +49,17 @@ class MemberEncoder(PositionEncoder):
 
 class CompositeEncoder(MemberEncoder):
     def __init__(self, dim: int, num_heads: int, members: dict[str, PositionEncoder]) -> None:
+        for hook in REPLACING_HOOKS:  # two replacements of the same step cannot both act
+            owners = [name for name, m in members.items() if m.uses(hook)]
+            if len(owners) > 1:
+                raise ConfigError(
+                    f"encoder '{'+'.join(members)}': {' and '.join(owners)} both replace {hook}; chain one"
+                )
         super().__init__(dim, num_heads, members)
         self.name = "+".join(members)
+
+    def _replacing(self, hook: str) -> PositionEncoder | None:
+        return next((m for m in self.members.values() if m.uses(hook)), None)
 
     def _positions(self, pos: Positions | torch.Tensor) -> Positions:
         if isinstance(pos, torch.Tensor):
@@ -90,6 +99,14 @@ class CompositeEncoder(MemberEncoder):
         biases = [m.input_bias(x, layer) for m in self.members.values() if m.uses("input_bias")]
         biases = [b for b in biases if b is not None]
         return sum(biases[1:], biases[0]) if biases else None
+
+    def attention_logits(self, q, k, x, layer):
+        member = self._replacing("attention_logits")
+        return None if member is None else member.attention_logits(q, k, x, layer)
+
+    def attention_weights(self, logits):
+        member = self._replacing("attention_weights")
+        return None if member is None else member.attention_weights(logits)
 
     def extended(self, kind: str, factor: float) -> CompositeEncoder:
         return CompositeEncoder(self.dim, self.num_heads, self.extended_members(kind, factor))

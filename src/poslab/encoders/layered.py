@@ -58,6 +58,14 @@ class LayeredEncoder(MemberEncoder):
         member = self.for_layer(layer)
         return member.input_bias(x, layer) if member.uses("input_bias") else None
 
+    def attention_logits(self, q, k, x, layer):
+        member = self.for_layer(layer)
+        return member.attention_logits(q, k, x, layer) if member.uses("attention_logits") else None
+
+    def attention_weights(self, logits):
+        first = self.for_layer(0)
+        return first.attention_weights(logits) if first.uses("attention_weights") else None
+
     def extended(self, kind: str, factor: float) -> LayeredEncoder:
         return LayeredEncoder(self.dim, self.num_heads, self.extended_members(kind, factor), self.pattern)
 

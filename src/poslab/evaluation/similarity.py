@@ -47,6 +47,9 @@ def position_similarity(
         bias = encoder.attention_bias(pos, pos)
         if bias is not None:
             scores += bias.float().reshape(-1, length, length).mean(dim=0)
+    if "attention_weights" in hooks:  # the weights of keys whose logits are all equal: position alone
+        weights = encoder.attention_weights(torch.zeros(1, encoder.num_heads, length, length, device=device))
+        scores += weights.float().mean(dim=(0, 1))
     return scores
 
 

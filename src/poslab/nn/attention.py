@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from poslab.encoders.base import PositionEncoder
+from poslab.encoders.base import EXPLICIT_HOOKS, PositionEncoder
 from poslab.nn.kernels import cpu_flash, flex
 from poslab.offsets import expand_offsets, toeplitz_rows
 from poslab.positions import Positions
@@ -204,47 +204,74 @@ class SelfAttention(nn.Module):
         q = _rotate_tokens(encoder.rotate_query, q, pos, num_prefix_tokens)
         k = _rotate_tokens(encoder.rotate_key, k, pos, num_prefix_tokens)
         dropout = self.dropout if self.training else 0.0
-        if encoder.uses("input_bias"):
-            from_input = encoder.input_bias(x, layer)
-            content = encoder.content_bias if encoder.uses("content_bias") else None
-
-            def content_bias(q, k, logits):
-                extra = None if content is None else content(q, k, logits)
-                return from_input if extra is None else extra + from_input
-
-            out = attend_with_content(q, k, v, bias, causal, dropout, content_bias)
-        elif encoder.uses("content_bias"):
-            out = attend_with_content(q, k, v, bias, causal, dropout, encoder.content_bias)
+        if any(encoder.uses(hook) for hook in EXPLICIT_HOOKS):
+            out = attend_with_content(q, k, v, bias, causal, dropout, ExplicitHooks.of(encoder, x, layer))
         else:
             out = attend(q, k, v, bias, causal, dropout)
         return self.proj(out.transpose(1, 2).reshape(batch, length, dim))
 
 
-def attend_with_content(q, k, v, bias: AttentionBias | None, causal: bool, dropout: float, content_bias):
-    """Attention with the logits written out, for an encoder whose bias is computed from them (CoPE).
+class ExplicitHooks:
+    """What one layer's encoder computes on written-out logits, each None where it computes nothing:
+    ``logits(q, k)`` in place of the dot product (PaTH), ``bias(q, k, logits)`` added to them (CoPE's
+    content bias, FoX's bias from the layer input), ``weights(logits)`` in place of the softmax
+    (stick-breaking)."""
 
-    The logits are ``q·k/√Dh`` plus every other bias, masked keys at −inf, as
-    the encoder's ``content_bias`` expects them; its bias is added before the
-    softmax. Only encoders with that hook take this path: it holds the
-    ``[B, H, L, L]`` logits that the fused kernels avoid. In float32 under mixed precision too, as the fused
-    kernels keep their scores (autocast would run these matmuls in bf16).
+    def __init__(self, *, logits=None, bias=None, weights=None) -> None:
+        self.logits, self.bias, self.weights = logits, bias, weights
+
+    @classmethod
+    def of(cls, encoder: PositionEncoder, x: torch.Tensor, layer: int) -> ExplicitHooks:
+        """The hooks ``encoder`` overrides, for layer ``layer`` whose normed input is ``x``."""
+        content = encoder.content_bias if encoder.uses("content_bias") else None
+        from_input = encoder.input_bias(x, layer) if encoder.uses("input_bias") else None
+
+        def bias(q, k, logits):
+            extra = None if content is None else content(q, k, logits)
+            if from_input is None:
+                return extra
+            return from_input if extra is None else extra + from_input
+
+        return cls(
+            logits=(lambda q, k: encoder.attention_logits(q, k, x, layer))
+            if encoder.uses("attention_logits")
+            else None,
+            bias=bias if content is not None or from_input is not None else None,
+            weights=encoder.attention_weights if encoder.uses("attention_weights") else None,
+        )
+
+
+def attend_with_content(q, k, v, bias: AttentionBias | None, causal: bool, dropout: float, hooks):
+    """Attention with the logits written out, for an encoder that computes on them (``hooks``: an
+    :class:`ExplicitHooks`, or a plain content-bias callable).
+
+    The logits are ``q·k/√Dh`` (or the encoder's own) plus every other bias, masked keys at −inf, as the
+    encoder's ``content_bias`` expects them; its bias is added before the softmax (or the encoder's own
+    weights). Only encoders with such a hook take this path: it holds the ``[B, H, L, L]`` logits that
+    the fused kernels avoid. In float32 under mixed precision too, as the fused kernels keep their scores
+    (autocast would run these matmuls in bf16).
     """
+    if not isinstance(hooks, ExplicitHooks):
+        hooks = ExplicitHooks(bias=hooks)
     with full_precision(q.device):
-        return _attend_with_content(q, k, v, bias, causal, dropout, content_bias)
+        return _attend_with_content(q, k, v, bias, causal, dropout, hooks)
 
 
-def _attend_with_content(q, k, v, bias: AttentionBias | None, causal: bool, dropout: float, content_bias):
+def _attend_with_content(q, k, v, bias: AttentionBias | None, causal: bool, dropout: float, hooks: ExplicitHooks):
     length_q, length_k = q.shape[-2], k.shape[-2]
-    logits = (q.float() @ k.float().transpose(-1, -2)) / math.sqrt(q.shape[-1])
+    own = None if hooks.logits is None else hooks.logits(q, k)
+    logits = (q.float() @ k.float().transpose(-1, -2)) / math.sqrt(q.shape[-1]) if own is None else own.float()
     mask = None if bias is None else bias.masked(length_q, length_k, q.device)
     if mask is None and causal:
         mask = torch.ones(length_q, length_k, dtype=torch.bool, device=q.device).tril()
     if mask is not None:
         logits = logits.masked_fill(~mask, float("-inf")) if mask.dtype == torch.bool else logits + mask.float()
-    extra = content_bias(q, k, logits)
+    extra = None if hooks.bias is None else hooks.bias(q, k, logits)
     if extra is not None:
         logits = logits + extra.float()
-    probs = F.dropout(logits.softmax(dim=-1), p=dropout)
+    weights = None if hooks.weights is None else hooks.weights(logits)
+    probs = logits.softmax(dim=-1) if weights is None else weights.float()
+    probs = F.dropout(probs, p=dropout)
     return (probs @ v.float()).to(v.dtype)
 
 
