@@ -217,12 +217,64 @@ def test_rnope_swa_windows_its_rope_layers_and_keeps_the_nope_layers_global(wind
     check_layers(model_with(encoder, depth=4), scores_of_layer, causal=True)
 
 
+@pytest.mark.parametrize("log_base", [None, 3.0])
+def test_swan_scales_the_nope_layers_logits_by_the_log_of_the_position_and_leaves_the_rope_layers(log_base):
+    """SWAN-GPT (Puvvada et al. 2025, §2.2, App. D): at inference the NoPE layers' logits for the query at n
+    are multiplied by ln(a + n) / ln a; a = the training context (12 here) unless given."""
+    encoder = build_encoder(
+        "rnope", dim=DIM, num_heads=HEADS, base=100.0, window=4, max_len=LENGTH, log_scale_base=log_base
+    ).extended("swan", 8.0)
+    a = log_base or LENGTH
+    scale = torch.log(a + torch.arange(LENGTH, dtype=torch.float64)) / math.log(a)
+    hidden = outside_window(LENGTH, 4, causal=True)
+
+    def scores_of_layer(index):
+        if index == 3:
+            return lambda q, k: plain_scores(q, k) * scale[:, None]
+        return lambda q, k: rotary_scores(q, k, 100.0, "half").masked_fill(hidden, float("-inf"))
+
+    check_layers(model_with(encoder, depth=4), scores_of_layer, causal=True)
+    assert scale[0] == 1 and scale[-1] > 1
+
+
 @pytest.mark.parametrize("causal", [True, False])
 def test_a_windowed_rope_attends_within_its_window_either_way(causal):
     encoder = build_encoder("rope", dim=DIM, num_heads=HEADS, base=100.0, window=4)
     hidden = outside_window(LENGTH, 4, causal)
     scores = lambda q, k: rotary_scores(q, k, 100.0, "half").masked_fill(hidden, float("-inf"))  # noqa: E731
     check_layers(model_with(encoder, depth=2, causal=causal), lambda _: scores, causal=causal)
+
+
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("block", [3, 5])
+def test_xpos_blockwise_attention_sees_its_own_block_and_the_one_before(causal, block):
+    """Sun et al. 2022, §3.3: blocks of the training length (here 3 or 5 of the 12 tokens); key j is visible
+    to query i when ⌊j/B⌋ is ⌊i/B⌋ or ⌊i/B⌋ − 1 (bidirectional: or ⌊i/B⌋ + 1), on top of the causal mask."""
+    encoder = build_encoder("xpos", dim=DIM, num_heads=HEADS, base=100.0, scale_base=8.0, blockwise=True, max_len=block)
+    d = DIM // HEADS
+    zeta = (2 * torch.arange(d // 2, dtype=torch.float64) / d + 0.4) / 1.4
+    rows = [i // block for i in range(LENGTH)]
+    hidden = torch.tensor(
+        [[not (0 <= rows[i] - rows[j] <= 1 if causal else abs(rows[i] - rows[j]) <= 1) for j in range(LENGTH)]
+         for i in range(LENGTH)]
+    )  # fmt: skip
+
+    def scores(q, k):
+        decayed = rotary_scores(q, k, 100.0, "interleaved", lambda offset: zeta ** (offset[..., None] / 8.0))
+        return decayed.masked_fill(hidden, float("-inf"))
+
+    check_layers(model_with(encoder, depth=2, causal=causal), lambda _: scores, causal=causal)
+
+
+def test_xpos_blockwise_is_plain_causal_attention_within_the_training_length():
+    plain = model_with(build_encoder("xpos", dim=DIM, num_heads=HEADS, base=100.0))
+    blocks = model_with(build_encoder("xpos", dim=DIM, num_heads=HEADS, base=100.0, blockwise=True, max_len=LENGTH))
+    torch.manual_seed(1)
+    x = torch.randn(2, LENGTH, DIM)
+    with torch.no_grad():
+        torch.testing.assert_close(blocks(x, torch.arange(LENGTH)), plain(x, torch.arange(LENGTH)))
+    with pytest.raises(Exception, match="blockwise attention needs max_len"):
+        build_encoder("xpos", dim=DIM, num_heads=HEADS, blockwise=True)
 
 
 def test_a_per_layer_pattern_gives_each_layer_its_member():
@@ -260,6 +312,9 @@ TRIED: dict[tuple[str, str], list[typing.Any]] = {
     ("liere3d", "grid_size"): [(4, 4), (2, 8)],
     ("liere3d", "frames"): [4, 8],
     ("fox", "depth"): [None, 4],  # one gate shared by the layers, or one each
+    ("gemma3", "global_every"): [6, 2],  # 6: no global layer among the 4; 2: layers 1 and 3
+    ("gemma3", "window"): [None, 2],  # None: a quarter of the context (16, every sample token)
+    ("gemma3", "max_len"): [64, 16],  # the window when it is None: 16 or 4 tokens
     ("path", "depth"): [None, 4],  # one set of transforms shared by the layers, or one each
     ("fire", "eps"): [1e-6, 0.5],  # the normaliser's offset: visible once it is not tiny
     ("kerple", "eps"): [0.01, 1.0],  # the floor of its coefficients: 1.0 lifts some
@@ -275,12 +330,16 @@ TRIED: dict[tuple[str, str], list[typing.Any]] = {
     ("timefeatures", "step_seconds"): [3600, 60],
     ("t5", "max_distance"): [128, 16],  # 16 tokens' distances fall in other log buckets only below 128
     ("videorope", "temporal_pairs"): [None, 4],  # None: a quarter of the pairs, 2
+    ("xpos", "max_len"): [64, 4],  # the block size, with blockwise on (ALONG)
     ("hope", "temporal_pairs"): [None, 4],  # the zeroed pairs
 }
 
 #: Options set along with one tried, so that the tried one acts on the 16 sample tokens.
 ALONG: dict[tuple[str, str], dict[str, typing.Any]] = {
     ("temperature", "attn_scale"): {"floor_scale": 4},  # 1 before the floor scale (the context, 64)
+    ("gemma3", "global_base"): {"global_every": 2},  # a global layer among the 4
+    ("xpos", "blockwise"): {"max_len": 4},  # blocks of 4 among the 16 sample tokens (64: one block)
+    ("xpos", "max_len"): {"blockwise": True},
 }
 
 #: Options that do not change what a model of the sample context computes, and why (the data's own value
@@ -289,6 +348,7 @@ INERT = {
     ("learned", "max_len"): "the table's length: positions inside it read the same rows",
     ("rope", "max_len"): "the context the extensions extend from: training attention does not read it",
     ("rnope", "max_len"): "the context the extensions extend from: training attention does not read it",
+    ("rnope", "log_scale_base"): "a in the swan extension at evaluation: training attention does not read it",
     ("videorope", "grid_size"): "it centres every frame by one shift, which no score among video tokens sees",
     ("hope", "grid_size"): "it centres every frame by one shift, which no score among video tokens sees",
 }

@@ -132,6 +132,26 @@ def test_with_beta_zero_it_is_attention_without_positions_and_with_beta_two_a_re
     assert (reflected[0, 0][odd] - plain[0, 0][odd]).abs().max() > 1e-3
 
 
+def test_long_sequences_keep_float32_accuracy_against_the_products_applied_one_token_at_a_time():
+    """At 96 tokens, β up to 2 (reflections) and w shared by runs of tokens (products that nearly cancel): the
+    all-pairs form in float32 against the queries carried back through each H_s in float64."""
+    from poslab.encoders.path import householder_logits
+
+    torch.manual_seed(2)
+    batch, heads, length, d = 1, 2, 96, 8
+    q, k = torch.randn(batch, heads, length, d), torch.randn(batch, heads, length, d)
+    w = torch.nn.functional.normalize(torch.randn(batch, heads, length // 8, d), dim=-1).repeat_interleave(8, dim=2)
+    beta = 1.0 + torch.rand(batch, heads, length)
+    expected = torch.zeros(batch, heads, length, length, dtype=torch.float64)
+    for i in range(length):
+        carried = q[:, :, i].double()  # H_{j+1} ⋯ H_i q_i, one more H each step back
+        for j in range(i, -1, -1):
+            expected[:, :, i, j] = (carried * k[:, :, j].double()).sum(-1)
+            w_j, b_j = w[:, :, j].double(), beta[:, :, j, None].double()
+            carried = carried - b_j * (carried * w_j).sum(-1, keepdim=True) * w_j
+    torch.testing.assert_close(householder_logits(q, k, w, beta).double(), expected, rtol=1e-4, atol=1e-4)
+
+
 def test_its_parameters_as_constructed():
     encoder = build_encoder_in_context("path", dim=DIM, num_heads=HEADS, options={}, context={"depth": 3})
     assert len(encoder.gates) == 3

@@ -134,6 +134,6 @@ def test_rope_takes_both_from_its_config_and_the_length_study_applies_llama3():
     extended = build_encoder("rope", dim=64, num_heads=4, max_len=64).extended("llama3", 4.0)
     torch.testing.assert_close(extended.frequencies()[0], llama3_reference(10000.0, 16, 4.0, 64), rtol=1e-12, atol=0)
     with pytest.raises(
-        ConfigError, match="expects one of 'linear', 'ntk', 'dynamic', 'yarn', 'llama3', got 'longrope'"
+        ConfigError, match="expects one of 'linear', 'ntk', 'dynamic', 'yarn', 'llama3', 'swan', got 'longrope'"
     ):
         compose(["modality=text", "eval.rope_scaling=[longrope]"])

@@ -176,6 +176,11 @@ class PositionEncoder(nn.Module):
         default None: every key."""
         return None
 
+    def attention_blocks(self) -> int | None:
+        """B for blockwise attention in the layers that use this encoder (a query sees its own block of B
+        tokens and the one before: Sun et al. 2022, §3.3); default None: every key."""
+        return None
+
     def extended(self, kind: str, factor: float) -> PositionEncoder:
         """A copy that extends the context ``factor``-fold by ``kind``, for evaluation only."""
         raise NotImplementedError(f"encoder '{self.name}' has no context extension '{kind}'")

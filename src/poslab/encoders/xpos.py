@@ -12,6 +12,11 @@ reference's adjacent pairs.
 
 Queries and keys are scaled in opposite directions: this encoder overrides
 ``rotate_query`` and ``rotate_key``; ``rotate`` alone is the rotation.
+
+``blockwise``: the blockwise causal attention the paper evaluates xPos with (§3.3): blocks of the
+training length (``max_len``, the data fills it), each query seeing its own block and the one before,
+so at the training length it is plain causal attention and past it no query reads further back than
+twice the training length.
 """
 
 from __future__ import annotations
@@ -21,7 +26,8 @@ import torch
 from poslab.encoders.registry import register_encoder
 from poslab.encoders.rope import RoPE
 from poslab.encoders.rotary import LastInputCache, Layout
-from poslab.ranges import Base, Positive
+from poslab.errors import ConfigError
+from poslab.ranges import Base, OptionalCount, Positive
 
 
 @register_encoder("xpos")
@@ -38,9 +44,13 @@ class XPos(RoPE):
         layout: Layout = "interleaved",  # the reference's adjacent pairs | half
         scale_base: Positive = 512.0,  # B: the score scales by ζ_i^((n−m)/B)
         gamma: Positive = 0.4,  # γ: ζ_i = (i/(d/2) + γ) / (1 + γ)
+        blockwise: bool = False,  # blockwise causal attention, blocks of max_len tokens (the paper's evaluation)
+        max_len: OptionalCount = None,  # None: the training context (the block size)
     ) -> None:
-        super().__init__(dim, num_heads, base=base, layout=layout)
-        self.scale_base, self.gamma = scale_base, gamma
+        super().__init__(dim, num_heads, base=base, layout=layout, max_len=max_len)
+        if blockwise and max_len is None:
+            raise ConfigError("xpos: blockwise attention needs max_len, the block size (the training context)")
+        self.scale_base, self.gamma, self.blockwise = scale_base, gamma, blockwise
         pairs = self.rot_dim // 2
         zeta = (torch.arange(pairs, dtype=torch.float64) / pairs + gamma) / (1 + gamma)
         # ζ per channel, in the layout's pair order: adjacent pairs share one, or channel j pairs with j + d/2
@@ -75,5 +85,8 @@ class XPos(RoPE):
     def rotate_key(self, x, pos):
         return self._scaled(x, pos, -1.0)
 
+    def attention_blocks(self) -> int | None:
+        return self.max_len if self.blockwise else None
+
     def extra_repr(self) -> str:
-        return f"{super().extra_repr()}, scale_base={self.scale_base}, gamma={self.gamma}"
+        return f"{super().extra_repr()}, scale_base={self.scale_base}, gamma={self.gamma}, blockwise={self.blockwise}"

@@ -84,6 +84,7 @@ class Transformer(nn.Module):
             found = [bias for owner, bias in made if owner is encoder]
             if not found:
                 mask = windowed(allowed, encoder.attention_window(), x.shape[1], p, self.causal, x.device)
+                mask = blockwise(mask, encoder.attention_blocks(), x.shape[1], p, self.causal, x.device)
                 found = [self.attention_bias(pos, p, x.dtype, x.device, mask, encoder)]
                 made.append((encoder, found[0]))
             x = block(x, encoder, pos, found[0], p, self.causal, index)
@@ -133,3 +134,21 @@ def windowed(
         band[:, :prefix] = True
     allowed = None if allowed is None else allowed.to(device)
     return band if allowed is None else allowed & band
+
+
+def blockwise(
+    allowed: torch.Tensor | None, block: int | None, length: int, prefix: int, causal: bool, device
+) -> torch.Tensor | None:
+    """``allowed`` narrowed to blockwise attention with blocks of ``block`` tokens (Sun et al. 2022, §3.3): a
+    query sees the keys of its own block and of the block before it (with the causal mask: up to itself;
+    bidirectional: the blocks either side); the prefix tokens stay global. None: no blocks."""
+    if block is None:
+        return allowed
+    blocks = torch.arange(length, device=device) // block
+    apart = blocks[:, None] - blocks[None, :]  # query's block − key's block
+    near = (apart >= 0) & (apart <= 1) if causal else apart.abs() <= 1
+    if prefix:
+        near[:prefix, :] = True
+        near[:, :prefix] = True
+    allowed = None if allowed is None else allowed.to(device)
+    return near if allowed is None else allowed & near

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Annotated, Literal, Optional
 
+from poslab.encoders import available_encoders, encoder_class
 from poslab.encoders.rope_scaling import SCALINGS, SEARCHED
 from poslab.modalities.text.model import CausalLM
 from poslab.modalities.text.sequence_tasks import TASKS as SEQUENCE_TASKS
@@ -19,8 +20,18 @@ from poslab.options import options_schema
 from poslab.ranges import AT_LEAST_1, Range
 from poslab.schema import EvalConfig, ModelConfig
 
-#: What the length study may apply at evaluation: every scaling but none and those needing a model's search.
-Extension = Literal[tuple(k for k in SCALINGS if k not in ("none", *SEARCHED))]  # type: ignore[valid-type]
+#: What the length study may apply at evaluation: every RoPE scaling but none and those needing a model's
+#: search, and the extensions other encoders declare (rnope's ``swan``).
+Extension = Literal[  # type: ignore[valid-type]
+    tuple(
+        dict.fromkeys(
+            [
+                *(k for k in SCALINGS if k not in ("none", *SEARCHED)),
+                *(e for name in available_encoders() for e in encoder_class(name).context_extensions),
+            ]
+        )
+    )
+]
 
 
 @dataclass
