@@ -181,6 +181,11 @@ class PositionEncoder(nn.Module):
         tokens and the one before: Sun et al. 2022, §3.3); default None: every key."""
         return None
 
+    def train_progress(self, fraction: float) -> None:
+        """Told before every training step the fraction of the run's optimiser steps done (0 … 1, from the
+        trainer's step, so a resumed run tells the same); default: ignored. For encoders that change
+        during training (DroPE drops its rotation for the last part)."""
+
     def extended(self, kind: str, factor: float) -> PositionEncoder:
         """A copy that extends the context ``factor``-fold by ``kind``, for evaluation only."""
         raise NotImplementedError(f"encoder '{self.name}' has no context extension '{kind}'")

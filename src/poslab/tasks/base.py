@@ -54,6 +54,13 @@ class PositionTask(L.LightningModule):
         Lightning test passes; ``cfg`` is this run's config (an evaluation of a checkpoint may differ)."""
         return []
 
+    def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
+        """Tell every encoder (a composite's members too) how far training has gone."""
+        fraction = self.global_step / max(1, self.trainer.estimated_stepping_batches)
+        for module in self.encoder.modules():
+            if isinstance(module, PositionEncoder):
+                module.train_progress(fraction)
+
     #: What a schedule's saved state holds about its length: a resumed run keeps these from the schedule it
     #: builds for its own (possibly longer: ``trainer.max_steps`` raised) run, and the step it reached.
     SCHEDULE_LENGTH_KEYS = ("total_steps", "_schedule_phases")

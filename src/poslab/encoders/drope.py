@@ -1,0 +1,53 @@
+"""``drope``: train with RoPE, then drop it and recalibrate (Gelberg et al. 2026, "Extending the Context of
+Pretrained LLMs by Dropping Their Positional Embeddings", ICLR, §5.1; reference: SakanaAI/DroPE).
+
+RoPE for the first part of training, then no rotation in any layer (cos = 1, sin = 0, as the reference
+patches its attention) for the last ``recalibrate`` fraction of the optimiser steps: the paper's
+from-scratch recipe drops RoPE for the last 2 of 16 B tokens (0.125) at the same context length and
+finds the model then runs past its training length without any RoPE scaling, beyond PI, NTK and YaRN.
+The drop is abrupt, as the paper's. Validation and every evaluation run the model as DroPE delivers
+it, without RoPE (so the best checkpoint is one after the drop). The paper's optional softmax
+temperature at evaluation (fitted per length) is not applied.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from poslab.encoders.registry import register_encoder
+from poslab.encoders.rope import RoPE
+from poslab.encoders.rotary import Layout
+from poslab.ranges import Base, Range
+
+
+@register_encoder("drope")
+class DroPE(RoPE):
+    reads = "steps"
+    context_extensions = ()  # it extends by having no rotation to extend
+    length_driven_extensions = ()
+
+    def __init__(
+        self,
+        dim: int,
+        num_heads: int,
+        base: Base = 10000.0,
+        layout: Layout = "half",  # half | interleaved, as rope
+        recalibrate: Annotated[float, Range(0, 1, low_open=True)] = 0.125,  # the last fraction of training without RoPE
+    ) -> None:
+        super().__init__(dim, num_heads, base=base, layout=layout)
+        self.recalibrate = recalibrate
+        self.progress = 0.0
+
+    def train_progress(self, fraction: float) -> None:
+        self.progress = fraction
+
+    @property
+    def dropped(self) -> bool:
+        """No rotation: in the last ``recalibrate`` of training, and whenever the model is not training."""
+        return not self.training or self.progress >= 1.0 - self.recalibrate
+
+    def rotate(self, x, pos):
+        return x if self.dropped else super().rotate(x, pos)
+
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}, recalibrate={self.recalibrate}"
