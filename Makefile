@@ -23,7 +23,7 @@ PYTEST    = $(BIN)/python -m pytest
 RUN_PYTEST = rc=0; $(PYTEST) $(1) || rc=$$?; if [ $$rc -eq 5 ]; then echo "pytest collected no tests" >&2; exit 1; fi; exit $$rc
 
 .DEFAULT_GOAL := help
-.PHONY: help install test test-slow test-all lint train eval compare report dashboard bench gpu-check gpu-wheels sweep new-encoder new-dataset new-modality clean
+.PHONY: help install test test-slow test-all lint docs docs-check train eval compare report dashboard bench gpu-check gpu-wheels sweep new-encoder new-dataset new-modality clean
 
 help: ## list targets, modalities and encoders
 	@echo "poslab — position encoders compared on text, image patches and time series"
@@ -54,6 +54,14 @@ test-slow: ## only the slow tier (full-length training checks)
 
 test-all: ## every test that needs no network
 	@$(call RUN_PYTEST,-q -m "not network")
+
+docs: ## regenerate the docs' generated tables (verdicts from the runs found), build the site into site/ (strict)
+	$(BIN)/python -m poslab.docs
+	$(BIN)/mkdocs build --strict --quiet
+
+docs-check: ## CI: fail on a stale generated table, build the site strictly (nothing rewritten)
+	$(BIN)/python -m poslab.docs --check
+	$(BIN)/mkdocs build --strict --quiet
 
 lint: ## ruff: style and common bugs
 	$(BIN)/ruff check src tests

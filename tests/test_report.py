@@ -275,6 +275,22 @@ def test_report_states_whether_each_expectation_held_with_params_and_step_time(t
     assert alibi_row.endswith("| 1,000 | 20.5 |")  # parameter count and mean step time (ms)
 
 
+def test_expectations_are_the_newest_runs_or_the_ones_given_not_a_reused_runs_old_list(tmp_path):
+    """A compare reuses a finished run whose config carries the YAML's expectations of its day: the report
+    checks those of the newest run by default, and the experiment's current ones when the caller gives them."""
+    runs = tmp_path / "runs"
+    old, new = ["alibi: lengen/loss@1x < 9"], ["alibi: lengen/loss@1x < 9", "rope: lengen/loss@1x < 1"]
+    for encoder, expect, created in (("alibi", old, "2026-01-01T00:00:00"), ("rope", new, "2026-02-01T00:00:00")):
+        run = fake_summary(runs, encoder, 0, {"lengen/loss@1x": 1.5})
+        payload = json.loads((run / "summary.json").read_text())
+        payload["config"]["expect"], payload["created"] = expect, created
+        (run / "summary.json").write_text(json.dumps(payload))
+    text = build_report([runs], tmp_path / "reports").read_text()
+    assert f"| `{new[1]}` | `rope` | 1.5000 < 1.0000 | **no** |" in text
+    given = build_report([runs], tmp_path / "reports", expect={None: old}).read_text()
+    assert f"`{new[1]}`" not in given and f"| `{old[0]}` | `alibi` |" in given
+
+
 def test_variants_run_every_encoder_once_each_and_label_the_report(tmp_path):
     """compare_variants: the grid is encoder x variant x seed; reports label groups <encoder>/<variant> and
     check expectations that name them."""

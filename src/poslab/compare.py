@@ -228,7 +228,9 @@ def _report(grid, compare_id: str, modality: str, run_dirs: list[Path], reports,
     """The Markdown report and the W&B report run of the finished runs."""
     report = None
     if run_dirs:
-        report = build_report(run_dirs, reports, title=f"{modality}: comparison {compare_id}")
+        cfg = grid[0][2]  # the experiment's expectations as its YAML states them now (a reused run's may be older)
+        expect = {cfg.get("experiment"): list(cfg.expect)}
+        report = build_report(run_dirs, reports, title=f"{modality}: comparison {compare_id}", expect=expect)
         echo(f"report: {report}")
         report_run = log_report_run(grid[0][2], compare_id, run_dirs, echo, report_dir=report.parent)
         sync = sync_command(run_dirs, report_run)

@@ -330,7 +330,7 @@ def peak_flops(override_tflops: float | None) -> float | None:
 
 
 def table(rows: list[Row], header: str) -> str:
-    """One Markdown table (it pastes into the README as it is)."""
+    """One Markdown table (it pastes into docs/results.md as it is)."""
     from poslab.report import markdown_table
 
     return "\n".join([header, "", *markdown_table(["check", "case", "result", "status"], (r.cells() for r in rows))])

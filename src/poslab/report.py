@@ -11,7 +11,7 @@ from __future__ import annotations
 import statistics
 import sys
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -168,10 +168,15 @@ def group_means(group: Group) -> dict[str, float]:
     return {k: s.mean for k in keys if (s := group.stat(k)) is not None}
 
 
-def check_expectations(groups: Sequence[Group]) -> list[tuple[str, str, bool | None, str]]:
-    """(expectation, encoder, held, detail) for the expectations the runs' config states."""
+def check_expectations(
+    groups: Sequence[Group], stated: Sequence[str] | None = None
+) -> list[tuple[str, str, bool | None, str]]:
+    """(expectation, encoder, held, detail) for the ``stated`` expectations (default: those the newest run's
+    config states; a run reused from before its experiment's YAML changed carries the old ones)."""
 
-    stated = next((g.runs[0]["config"].get("expect") for g in groups if g.runs[0]["config"].get("expect")), [])
+    if stated is None:
+        newest = max((r for g in groups for r in g.runs), key=lambda r: str(r.get("created") or ""), default=None)
+        stated = (newest["config"].get("expect") if newest is not None else None) or []
     means = {g.label: group_means(g) for g in groups}
     rows = []
     for text in stated:
@@ -183,8 +188,8 @@ def check_expectations(groups: Sequence[Group]) -> list[tuple[str, str, bool | N
     return rows
 
 
-def expectation_section(groups: Sequence[Group]) -> list[str]:
-    rows = check_expectations(groups)
+def expectation_section(groups: Sequence[Group], stated: Sequence[str] | None = None) -> list[str]:
+    rows = check_expectations(groups, stated)
     if not rows:
         return []
     verdicts = [held for *_, held, _ in rows]
@@ -209,7 +214,12 @@ def unique_dir(parent: Path, stem: str) -> Path:
     raise FileExistsError(f"no free report folder for {parent / stem}")
 
 
-def build_report(paths: Iterable[str | Path], out_root: str | Path = "reports", title: str | None = None) -> Path:
+def build_report(
+    paths: Iterable[str | Path],
+    out_root: str | Path = "reports",
+    title: str | None = None,
+    expect: Mapping[str | None, Sequence[str]] | None = None,
+) -> Path:
     """Write ``<out_root>/<modality>-<timestamp>/report.md`` (+ PNGs); returns the Markdown path."""
     from poslab import plots, report_figures
 
@@ -235,7 +245,7 @@ def build_report(paths: Iterable[str | Path], out_root: str | Path = "reports", 
             columns = metric_columns(egroups)
             lines += [table(egroups, columns), "", "mean ± standard deviation over seeds; — = not reported.", ""]
             lines += modality_tables(modality, egroups)
-            lines += expectation_section(egroups)
+            lines += expectation_section(egroups, (expect or {}).get(experiment))
             for stem, caption, fig in report_figures.figures(modality, egroups):
                 name = f"{modality}-{experiment or 'default'}-{stem}.png"
                 plots.save_figure(fig, out / name)

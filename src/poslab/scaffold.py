@@ -64,6 +64,7 @@ from poslab.encoders.registry import register_encoder
 
 @register_encoder("{name}")
 class {cls}(PositionEncoder):
+    paper = "<Authors year>"  # the paper it implements (the docs' encoder table)
     reads = "{reads}"  # the Positions field it uses: it fits every modality whose data provides it
 
     def __init__(self, dim: int, num_heads: int) -> None:  # options: typed keyword arguments with defaults
@@ -72,7 +73,7 @@ class {cls}(PositionEncoder):
     def {signature_line}:
         """Returns {returns}."""
         {field_line}
-        raise NotImplementedError("{name}: write the {hook} hook (README, 'Add an encoder')")
+        raise NotImplementedError("{name}: write the {hook} hook (docs/extending.md, 'Add an encoder')")
 '''
 
 TEST = '''"""``{name}`` against its paper: values written out from the paper's equation, not computed by the encoder."""
@@ -111,13 +112,13 @@ URL = ("https://<where the file lives>", "<its sha256>")
 def load_{name}(root: Path, download: bool, path: str | None = None) -> {result}:
     """Returns {returns}."""
     # file = fetch(URL[0], Path(root) / "<file name>", URL[1], download)
-    raise NotImplementedError("{name}: write load_{name} (README, 'Add a dataset')")
+    raise NotImplementedError("{name}: write load_{name} (docs/extending.md, 'Add a dataset')")
 
 
 def sample_{name}(root: Path) -> list[str]:
     """Writes a tiny copy of the files load_{name} reads into ``root`` (every test runs the loader on it, never
     the network); returns the config overrides that read it, e.g. ``["data.path=…"]``, often none."""
-    raise NotImplementedError("{name}: write sample_{name} (README, 'Add a dataset')")
+    raise NotImplementedError("{name}: write sample_{name} (docs/extending.md, 'Add a dataset')")
 
 
 {register}

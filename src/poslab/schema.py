@@ -88,7 +88,7 @@ class EvalConfig:
 class ModelConfig:
     """The key every model shares; a modality's model schema extends it with its architecture."""
 
-    #: torch.compile the backbone: pays a compile up front (README, "Several processes, GPUs and `model.compile`")
+    #: torch.compile the backbone: pays a compile up front (docs/clusters.md, "`model.compile`")
     compile: bool = False
 
 

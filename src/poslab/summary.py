@@ -26,7 +26,7 @@ REQUIRED = ("kind", "modality", "encoder", "seed", "config", "metrics")
 
 @dataclass
 class RunSummary(Mapping):
-    """Everything a finished run reports (the README's ``summary.json`` keys)."""
+    """Everything a finished run reports (the ``summary.json`` keys, docs/comparing.md)."""
 
     kind: str  # train | eval
     modality: str
@@ -101,7 +101,7 @@ class RunSummary(Mapping):
         return cls(**values, path=str(path) if path is not None else None)
 
 
-#: The keys of every ``summary.json`` (documented in the README).
+#: The keys of every ``summary.json`` (documented in docs/comparing.md).
 SUMMARY_KEYS = tuple(f.name for f in fields(RunSummary) if f.name != "path")
 
 

@@ -81,6 +81,18 @@ def test_the_weights_match_the_references_matrix_form(attend_current):
     torch.testing.assert_close(encoder.attention_weights(logits), reference, rtol=1e-5, atol=1e-6)
 
 
+def test_built_without_a_direction_the_mask_decides():
+    """No ``bidirectional`` given (a notebook, a test): causal logits get one stick, logits with later keys
+    visible get two half sticks."""
+    encoder = build_encoder("stickbreaking", dim=DIM, num_heads=HEADS)
+    causal = causal_logits(6)
+    expected = stick_weights(causal, False, True, False)
+    torch.testing.assert_close(encoder.attention_weights(causal).double(), expected, rtol=1e-5, atol=1e-6)
+    both = 2.0 * torch.randn(2, HEADS, 6, 6)
+    expected = stick_weights(both, False, True, True)
+    torch.testing.assert_close(encoder.attention_weights(both).double(), expected, rtol=1e-5, atol=1e-6)
+
+
 def test_a_near_key_that_takes_the_whole_stick_leaves_nothing_further_back():
     """Recency without positions: a key with σ(z) = 1 just before the query hides every earlier key, whatever
     their logits."""

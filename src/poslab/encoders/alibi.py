@@ -37,6 +37,7 @@ def alibi_slopes(num_heads: int) -> list[float]:
 
 @register_encoder("alibi")
 class ALiBi(PositionEncoder):
+    paper = "Press et al. 2022"
     reads = "steps"
 
     # bidirectional: None: follow the model (causal text: false; time series: true = symmetric -slope * |i - j|)

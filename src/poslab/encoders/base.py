@@ -1,7 +1,7 @@
 """The encoder protocol: three hook points, inherited as no-ops.
 
 Every position encoder in the literature acts at one or more of three places
-in a transformer (see the README, "Architecture"):
+in a transformer (see docs/architecture.md):
 
 * ``encode_input(x, pos)``  — add or mix position into token embeddings,
 * ``rotate(x, pos)``        — rotate per-head queries / keys (RoPE family),
@@ -68,6 +68,7 @@ class PositionEncoder(nn.Module):
     config validation):
 
     * ``name`` — registered name (set by :func:`register_encoder`).
+    * ``paper`` — the paper it implements, "Authors year".
     * ``reads`` — the :class:`Positions` field it reads, or None.
     * ``context_extensions`` — what :meth:`extended` supports at evaluation.
     * ``length_driven_extensions`` — those whose scale follows the length being
@@ -76,6 +77,8 @@ class PositionEncoder(nn.Module):
     """
 
     name: ClassVar[str] = ""
+    #: The paper it implements, "Authors year" (the docs' encoder table), or "" for a common construction.
+    paper: ClassVar[str] = ""
     reads: ClassVar[str | None] = None
     #: Context extensions :meth:`extended` accepts (RoPE: linear, ntk, dynamic, yarn).
     context_extensions: ClassVar[tuple[str, ...]] = ()

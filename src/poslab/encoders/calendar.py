@@ -7,7 +7,7 @@ tokens. ``embedding=learned`` (default) trains the tables; ``fixed`` uses
 Vaswani sinusoids over each table's rows (TSLib's ``FixedEmbedding``), whose
 neighbouring rows — Friday and Saturday — are nearly equal: on a series that
 depends only on weekday vs weekend it learned ~5x slower than ``learned`` (a
-measurement, also in the README's time-series encoders; no test pins it).
+measurement, in docs/encoders.md; no test pins it).
 ``fields`` picks the tables: on a series shorter than a year, month and
 day-of-month take values in the test split that training never saw (a learned
 row that never trained is noise), so ``fields=[weekday, hour]`` is the safe
@@ -33,6 +33,7 @@ TABLES = {"month": 13, "day": 32, "weekday": 7, "hour": 24, "minute": 4}
 
 @register_encoder("calendar")
 class Calendar(PositionEncoder):
+    paper = "Zhou et al. 2021"
     reads = "times"
 
     def __init__(

@@ -31,6 +31,7 @@ from poslab.ranges import Range
 
 @register_encoder("cope")
 class CoPE(PositionEncoder):
+    paper = "Golovneva et al. 2024"
     reads = None  # positions come from the content, not from the data
 
     # npos_max: P: contextual positions are clamped at P - 1 (the table has P entries per channel)

@@ -37,6 +37,7 @@ def cyclic_features(times: torch.Tensor, periods: list[int], harmonics: int) -> 
 
 @register_encoder("cyclic")
 class Cyclic(PositionEncoder):
+    paper = ""  # a common construction, no one paper
     reads = "times"
 
     def __init__(self, dim: int, num_heads: int, periods: list[str] | None = None, harmonics: Count = 2) -> None:

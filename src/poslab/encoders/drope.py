@@ -22,6 +22,7 @@ from poslab.ranges import Base, Range
 
 @register_encoder("drope")
 class DroPE(RoPE):
+    paper = "Gelberg et al. 2026"
     reads = "steps"
     context_extensions = ()  # it extends by having no rotation to extend
     length_driven_extensions = ()

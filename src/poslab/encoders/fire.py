@@ -41,6 +41,7 @@ CHUNK_ELEMENTS = 1 << 21
 
 @register_encoder("fire")
 class Fire(PositionEncoder):
+    paper = "Li et al. 2023"
     reads = "steps"  # the Positions field it uses: it fits every modality whose data provides it
 
     def __init__(

@@ -29,6 +29,7 @@ from poslab.ranges import OptionalCount
 
 @register_encoder("fox")
 class ForgetGate(PositionEncoder):
+    paper = "Lin et al. 2025"
     reads = None  # the gates come from the tokens
 
     def __init__(

@@ -24,6 +24,7 @@ from poslab.ranges import Base, Count, OptionalCount
 
 @register_encoder("gemma3")
 class Gemma3(RoPE):
+    paper = "Gemma Team 2025"
     reads = "steps"
 
     def __init__(

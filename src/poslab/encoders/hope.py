@@ -26,6 +26,8 @@ from poslab.ranges import Base, OptionalCount, OptionalGrid, Positive
 
 @register_encoder("hope")
 class HoPE(VideoRoPE):
+    paper = "Li et al. 2025"
+
     def __init__(
         self,
         dim: int,

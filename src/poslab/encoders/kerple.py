@@ -31,6 +31,7 @@ from poslab.ranges import Positive
 
 @register_encoder("kerple")
 class Kerple(PositionEncoder):
+    paper = "Chi et al. 2022"
     reads = "steps"  # the Positions field it uses: it fits every modality whose data provides it
 
     # eps: r1, r2 are held at least this (the reference's clamp)

@@ -24,6 +24,7 @@ class PositionOutOfRange(PoslabError):
 
 @register_encoder("learned")
 class Learned(PositionEncoder):
+    paper = "Devlin et al. 2019"
     reads = "steps"
 
     # max_len: None: the training context (or data.random_positions when set)

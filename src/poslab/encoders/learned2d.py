@@ -28,6 +28,7 @@ from poslab.ranges import NonNegative, OptionalGrid
 
 @register_encoder("learned2d")
 class Learned2D(PositionEncoder):
+    paper = "Dosovitskiy et al. 2021"
     reads = "coords"
 
     def __init__(

@@ -43,6 +43,7 @@ def sample_time_table(table: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
 
 @register_encoder("learned3d")
 class Learned3D(PositionEncoder):
+    paper = "Feichtenhofer et al. 2022"
     reads = "coords3d"
 
     def __init__(

@@ -42,6 +42,7 @@ from poslab.ranges import OptionalCount, OptionalGrid
 
 @register_encoder("liere")
 class LieRE(PositionEncoder):
+    paper = "Ostmeier et al. 2024"
     reads = "coords"
     axes = 2
 
@@ -100,6 +101,7 @@ class LieRE(PositionEncoder):
 
 @register_encoder("liere3d")
 class LieRE3D(LieRE):
+    paper = "Ostmeier et al. 2024"
     reads = "coords3d"
     axes = 3
 

@@ -111,6 +111,8 @@ class AxisRoPE3D(PositionEncoder):
 
 @register_encoder("mrope")
 class MRoPE(AxisRoPE3D):
+    paper = "Wang et al. 2024"
+
     def __init__(
         self,
         dim: int,

@@ -13,6 +13,7 @@ from poslab.encoders.registry import register_encoder
 
 @register_encoder("none")
 class NoPosition(PositionEncoder):
+    paper = "Haviv et al. 2022"
     reads = None
 
     def __init__(self, dim: int, num_heads: int) -> None:

@@ -83,6 +83,7 @@ def householder_logits(q: torch.Tensor, k: torch.Tensor, w: torch.Tensor, beta: 
 
 @register_encoder("path")
 class PaTH(PositionEncoder):
+    paper = "Yang et al. 2025"
     reads = None  # the transforms come from the tokens
 
     def __init__(

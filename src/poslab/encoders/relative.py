@@ -19,6 +19,7 @@ from poslab.ranges import Count
 
 @register_encoder("relative")
 class ClippedRelative(PositionEncoder):
+    paper = "Shaw et al. 2018"
     reads = "steps"
 
     # max_distance: k: offsets beyond +-k share the edge value

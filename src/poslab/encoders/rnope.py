@@ -51,6 +51,7 @@ class LogScaledNoPE(NoPosition):
 
 @register_encoder("rnope")
 class RNoPE(RoPE):
+    paper = "Yang et al. 2025"
     reads = "steps"
     context_extensions = (*RoPE.context_extensions, "swan")
 

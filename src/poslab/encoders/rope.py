@@ -48,6 +48,7 @@ from poslab.ranges import Base, OptionalCount, PartOf1, ZeroToOne
 
 @register_encoder("rope")
 class RoPE(PositionEncoder):
+    paper = "Su et al. 2021"
     reads = "steps"
     context_extensions = ("linear", "ntk", "dynamic", "yarn", "llama3")
     length_driven_extensions = ("dynamic",)

@@ -21,6 +21,7 @@ from poslab.ranges import Base
 
 @register_encoder("rope2d")
 class AxialRoPE2D(PositionEncoder):
+    paper = "Heo et al. 2024"
     reads = "coords"
 
     # layout: interleaved (adjacent pairs) | half (rotate_half)

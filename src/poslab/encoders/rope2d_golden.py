@@ -35,6 +35,7 @@ def golden_frequencies(pairs: int, base: float) -> torch.Tensor:
 
 @register_encoder("rope2d_golden")
 class GoldenRoPE2D(PositionEncoder):
+    paper = "Xiong 2025"
     reads = "coords"
 
     # base: the frequencies run from 1 down to 1/base (rope-vit's axial 100)

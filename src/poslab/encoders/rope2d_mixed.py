@@ -7,7 +7,7 @@ Initialisation follows rope-vit's ``init_random_2d_freqs`` (base 10): pairs
 of magnitude 1/base^(4k/Dh) pointing in a random direction per head, the second
 half of the pairs turned by π/2.
 
-Assumption (stated in the README): one frequency set per head, shared by all
+Assumption (stated in docs/known-limits.md): one frequency set per head, shared by all
 layers (the paper learns one per layer); the backbone's rotate hook has no
 layer index.
 """
@@ -39,6 +39,7 @@ def init_mixed_frequencies(head_dim: int, num_heads: int, base: float) -> torch.
 
 @register_encoder("rope2d_mixed")
 class MixedRoPE2D(PositionEncoder):
+    paper = "Heo et al. 2024"
     reads = "coords"
 
     # base: rope-vit's theta for the mixed initialisation

@@ -30,6 +30,7 @@ def default_sections(pairs: int) -> tuple[int, int, int]:
 
 @register_encoder("rope3d")
 class AxialRoPE3D(PositionEncoder):
+    paper = "Heo et al. 2024"
     reads = "coords3d"
 
     def __init__(

@@ -19,6 +19,7 @@ from poslab.ranges import Base
 
 @register_encoder("sincos2d")
 class SinCos2D(PositionEncoder):
+    paper = "He et al. 2022"
     reads = "coords"
 
     def __init__(self, dim: int, num_heads: int, temperature: Base = 10000.0) -> None:

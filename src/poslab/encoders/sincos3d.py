@@ -23,6 +23,7 @@ from poslab.ranges import Base
 
 @register_encoder("sincos3d")
 class SinCos3D(PositionEncoder):
+    paper = "Feichtenhofer et al. 2022"
     reads = "coords3d"
 
     def __init__(self, dim: int, num_heads: int, temperature: Base = 10000.0) -> None:

@@ -28,6 +28,7 @@ def sinusoidal_table(pos: torch.Tensor, dim: int, base: float = 10000.0) -> torc
 
 @register_encoder("sinusoidal")
 class Sinusoidal(PositionEncoder):
+    paper = "Vaswani et al. 2017"
     reads = "steps"
 
     def __init__(self, dim: int, num_heads: int, base: Base = 10000.0) -> None:

@@ -30,6 +30,7 @@ from poslab.ranges import POSITIVE, OptionalCount
 
 @register_encoder("ssmax")
 class ScalableSoftmax(PositionEncoder):
+    paper = "Nakanishi 2025"
     reads = None  # it counts the keys a query sees, not a position field
 
     def __init__(

@@ -15,7 +15,8 @@ reference's tests and its models (``sb_remainder``) do.
 
 On bidirectional attention each side of the query breaks its own stick outward and each side gets
 half of it, A = (A_left + A_right) / 2, so the weights still sum to at most one (the paper is causal
-only). ``bidirectional`` left ``None`` follows the model, as the task tells it.
+only). ``bidirectional`` left ``None`` follows the model, as the task tells it (built without one, the
+mask decides: any key after a query left visible means bidirectional).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from poslab.encoders.registry import register_encoder
 
 @register_encoder("stickbreaking")
 class StickBreaking(PositionEncoder):
+    paper = "Tan et al. 2025"
     reads = None  # order enters through the weights, not a position field
 
     def __init__(
@@ -41,7 +43,7 @@ class StickBreaking(PositionEncoder):
     ) -> None:
         super().__init__(dim, num_heads)
         self.attend_current, self.remainder = attend_current, remainder
-        self.bidirectional = bool(bidirectional)
+        self.bidirectional = bidirectional
 
     def attention_weights(self, logits: torch.Tensor) -> torch.Tensor:
         """``[B, H, L, L]`` logits (masked keys at −inf) -> the stick-breaking weights A (eq. 3-4)."""
@@ -59,10 +61,12 @@ class StickBreaking(PositionEncoder):
         on_right = log_rest.masked_fill(~right, 0.0)
         between_right = on_right.cumsum(-1) - on_right
         weights = (log_beta + torch.where(left, between_left, between_right)).exp()
-        if self.bidirectional:
-            weights = weights / 2
+        one_sided = weights.masked_fill(right, 0.0)
+        if self.bidirectional is None:  # from the mask, without a host sync: a visible later key, two sticks
+            two = (torch.isfinite(logits) & right).any()
+            weights = torch.where(two, weights / 2, one_sided)
         else:
-            weights = weights.masked_fill(right, 0.0)
+            weights = weights / 2 if self.bidirectional else one_sided
         if self.remainder:
             unclaimed = 1.0 - weights.sum(-1)
             weights = weights + torch.diag_embed(unclaimed)

@@ -50,6 +50,7 @@ def t5_buckets(relative: torch.Tensor, bidirectional: bool, num_buckets: int, ma
 
 @register_encoder("t5")
 class T5Bias(PositionEncoder):
+    paper = "Raffel et al. 2020"
     reads = "steps"
 
     def __init__(

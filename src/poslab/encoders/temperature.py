@@ -21,6 +21,7 @@ from poslab.ranges import NonNegative, OptionalCount
 
 @register_encoder("temperature")
 class AttentionTemperature(PositionEncoder):
+    paper = "Meta 2025"
     reads = "steps"
 
     def __init__(

@@ -25,6 +25,7 @@ DAY = 86_400
 
 @register_encoder("time2vec")
 class Time2Vec(PositionEncoder):
+    paper = "Kazemi et al. 2019"
     reads = "times"
 
     def __init__(self, dim: int, num_heads: int, k: Count = 16) -> None:

@@ -18,6 +18,7 @@ from poslab.timestamps import feature_count, time_features
 
 @register_encoder("timefeatures")
 class TimeFeatures(PositionEncoder):
+    paper = "Alexandrov et al. 2020"
     reads = "times"
 
     # step_seconds: None: the data's sampling step (adds minute of hour below one hour)

@@ -38,6 +38,8 @@ from poslab.ranges import Base, OptionalCount, OptionalGrid, Positive
 
 @register_encoder("videorope")
 class VideoRoPE(AxisRoPE3D):
+    paper = "Wei et al. 2025"
+
     def __init__(
         self,
         dim: int,

@@ -32,6 +32,7 @@ from poslab.ranges import Base, OptionalCount, Positive
 
 @register_encoder("xpos")
 class XPos(RoPE):
+    paper = "Sun et al. 2022"
     reads = "steps"
     context_extensions = ()  # the RoPE extensions are not defined for the decay term
     length_driven_extensions = ()

@@ -1,0 +1,264 @@
+"""The tables the docs carry, generated from the code and the configs (``make docs``), never copied by hand.
+
+A docs page holds a generated block between two markers, ``<!-- poslab-docs:NAME -->`` and
+``<!-- /poslab-docs:NAME -->``; :func:`render` rewrites what lies between them and leaves the rest of
+the page as written. The blocks:
+
+* ``encoders`` — every registered encoder: its paper, the hooks it overrides, the position field it
+  reads, the modalities it fits, its defaults and the verdicts of the experiments that test it;
+* ``options:<modality>`` — every task, data, model and evaluation option of a modality, its type and
+  the modality's value;
+* ``experiments`` — every experiment: modality, encoders, what it expects and whether it held.
+
+Verdicts are the one input that is not code: ``docs/verdicts.json``, refreshed by ``make docs`` from
+the runs it finds in the run root whose config is an experiment's grid as the configs compose it now
+(an experiment without such runs keeps its recorded verdicts). A test regenerates every block and
+fails when a committed page differs, so a new encoder, option or experiment lands with its row.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from collections.abc import Callable
+from datetime import date
+from pathlib import Path
+from typing import Any
+
+MARKER = re.compile(r"(<!-- poslab-docs:(?P<name>[\w:.-]+) -->\n)(?P<body>.*?)(<!-- /poslab-docs:(?P=name) -->)", re.S)
+VERDICTS = "verdicts.json"
+#: The option groups a modality's table lists (the encoder's are in the encoder table; the trainer's are
+#: Lightning's own arguments).
+MODALITY_GROUPS = ("task.", "data.", "model.", "eval.")
+
+
+def cell(value: Any) -> str:
+    """A value as a Markdown table cell: code-formatted, pipes escaped."""
+    text = value if isinstance(value, str) else json.dumps(value, default=str)
+    return "`" + text.replace("|", "\\|") + "`"
+
+
+def table(header: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    return "\n".join([*lines, *("| " + " | ".join(row) + " |" for row in rows)]) + "\n"
+
+
+# -- experiments and their verdicts -----------------------------------------------------------------------
+
+
+def experiments() -> dict[str, dict[str, Any]]:
+    """name -> {modality, encoders, expect, about} for every experiment YAML, as it is written."""
+    from omegaconf import OmegaConf
+
+    from poslab.config_files import config_dirs
+
+    found: dict[str, dict[str, Any]] = {}
+    for root in reversed(config_dirs()):  # the project's own last: it wins a clash
+        for path in sorted((root / "experiment").glob("*.yaml")):
+            raw = OmegaConf.to_container(OmegaConf.load(path)) or {}
+            comment = []
+            for line in path.read_text(encoding="utf-8").splitlines():
+                if not line.startswith("#"):
+                    break
+                comment.append(line.lstrip("# ").rstrip())
+            about = " ".join(comment).split(". ")[0].rstrip(".") + "." if comment else ""
+            found[path.stem] = {
+                "modality": (raw.get("defaults") or {}).get("modality", ""),
+                "encoders": list(raw.get("compare_encoders") or []),
+                "expect": list(raw.get("expect") or []),
+                "about": about,
+            }
+    return dict(sorted(found.items()))
+
+
+def read_verdicts(docs_dir: Path) -> dict[str, Any]:
+    path = docs_dir / VERDICTS
+    return json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
+
+
+def measured_verdicts(
+    name: str, modality: str, expect: list[str], echo: Callable[[str], None] = print
+) -> dict[str, Any] | None:
+    """The experiment's expectations (as its YAML states them now) checked on its grid's runs under the run
+    root, or None when a run of the grid (as the configs compose it now) is missing."""
+    from poslab.compare import plan
+    from poslab.report import check_expectations, group_runs
+    from poslab.summary import read_summary
+
+    summaries = []
+    for _label, _seed, cfg in plan(modality, None, None, [f"experiment={name}"]):
+        path = Path(cfg.run.root) / modality / cfg.run.name / "summary.json"
+        if not path.exists():
+            return None
+        summaries.append(read_summary(path))
+    rows = check_expectations(group_runs(summaries), expect)
+    dates = sorted(str(s.get("created", ""))[:10] for s in summaries)
+    echo(f"poslab docs: {name}: {sum(r[2] is True for r in rows)} of {len(rows)} expectations held")
+    return {
+        "measured": dates[-1] if dates else str(date.today()),
+        "runs": len(summaries),
+        "expectations": [{"expect": t, "encoder": e, "held": h, "values": v} for t, e, h, v in rows],
+    }
+
+
+def refresh_verdicts(docs_dir: Path, echo: Callable[[str], None] = print) -> dict[str, Any]:
+    """``docs/verdicts.json`` with every experiment whose whole grid is in the run root re-checked."""
+    verdicts = read_verdicts(docs_dir)
+    for name, spec in experiments().items():
+        if spec["expect"] and spec["modality"]:
+            measured = measured_verdicts(name, spec["modality"], spec["expect"], echo)
+            if measured is not None:
+                verdicts[name] = measured
+    verdicts = {k: verdicts[k] for k in sorted(verdicts)}
+    (docs_dir / VERDICTS).write_text(json.dumps(verdicts, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    return verdicts
+
+
+def verdict_mark(held: list[bool | None]) -> str:
+    """One expectation over the encoders it names: held by every one, not held by one, or not measured."""
+    if held and all(h is True for h in held):
+        return "held"
+    return "**not held**" if False in held else "—"
+
+
+# -- the blocks ----------------------------------------------------------------------------------------------
+
+
+def encoder_block(verdicts: dict[str, Any]) -> str:
+    from omegaconf import OmegaConf
+
+    from poslab.config_files import config_dirs, load_yaml, modality_positions
+    from poslab.encoders import available_encoders, encoder_class, encoder_defaults
+    from poslab.encoders.base import PositionEncoder
+    from poslab.plugins import available_modalities
+
+    # looked up once: each lookup scans the installed packages for plugins
+    positions = {m: modality_positions(m) for m in available_modalities()}
+    yamls = {p.stem: p for root in reversed(config_dirs()) for p in (root / "encoder").glob("*.yaml")}
+    rows = []
+    for name in available_encoders():
+        cls = encoder_class(name)
+        hooks = list(cls.hooks())
+        if cls.for_layer is not PositionEncoder.for_layer:
+            hooks.append("per layer")
+        defaults = encoder_defaults(name)
+        if name in yamls:  # the YAML's values where it differs from the constructor
+            values = OmegaConf.to_container(load_yaml(yamls[name]))
+            defaults.update({k: v for k, v in values.items() if k not in ("defaults", "name")})
+        shown = ", ".join(f"{k}={json.dumps(v, default=str)}" for k, v in defaults.items() if v is not None)
+        fits = [m for m, fields in positions.items() if cls.reads is None or cls.reads in fields]  # as cls.fits
+        tested = []
+        for experiment, record in verdicts.items():
+            mine = [e["held"] for e in record.get("expectations", []) if e["encoder"].split("/")[0] == name]
+            if mine:
+                tested.append(f"`{experiment}` {sum(h is True for h in mine)}/{len(mine)}")
+        rows.append(
+            [
+                f"`{name}`",
+                getattr(cls, "paper", "") or "—",
+                ", ".join(f"`{h}`" for h in hooks) or "—",
+                f"`{cls.reads}`" if cls.reads else "—",
+                ", ".join(fits),
+                cell(shown) if shown else "—",
+                "; ".join(tested) or "—",
+            ]
+        )
+    header = ["encoder", "paper", "hooks", "reads", "fits", "defaults", "experiments: expectations held"]
+    return table(header, rows)
+
+
+def options_block(modality: str) -> str:
+    from poslab.config import compose, option_rows
+
+    rows = [
+        [f"`{key}`", kind.replace("|", "\\|"), cell(value)]
+        for key, kind, _default, value in option_rows(compose([f"modality={modality}"]))
+        if key.startswith(MODALITY_GROUPS)
+    ]
+    return table(["key", "type", f"value for {modality}"], rows)
+
+
+def experiments_block(verdicts: dict[str, Any]) -> str:
+    rows = []
+    for name, spec in experiments().items():
+        record = verdicts.get(name, {})
+        checked = {(e["expect"], e["encoder"]): e["held"] for e in record.get("expectations", [])}
+        lines = []
+        for text in spec["expect"]:
+            held = [h for (t, _encoder), h in checked.items() if t == text]
+            lines.append(f"{cell(text)} {verdict_mark(held)}")
+        when = f" ({record['measured']}, {record['runs']} runs)" if record else ""
+        rows.append(
+            [
+                f"`{name}`",
+                spec["modality"],
+                ", ".join(f"`{e}`" for e in spec["encoders"]) or "—",
+                spec["about"].replace("|", "\\|"),
+                ("<br>".join(lines) or "—") + when,
+            ]
+        )
+    return table(["experiment", "modality", "encoders", "what it tests", "expected → verdict (measured)"], rows)
+
+
+def blocks(verdicts: dict[str, Any]) -> dict[str, str]:
+    from poslab.plugins import available_modalities
+
+    out = {"encoders": encoder_block(verdicts), "experiments": experiments_block(verdicts)}
+    out.update({f"options:{m}": options_block(m) for m in available_modalities()})
+    return out
+
+
+def render(text: str, generated: dict[str, str]) -> str:
+    """``text`` with every marked block replaced by its generated content (unknown names left alone)."""
+
+    def replace(match: re.Match) -> str:
+        body = generated.get(match["name"], match["body"])
+        return f"{match.group(1)}{body}{match.group(4)}"
+
+    return MARKER.sub(replace, text)
+
+
+def pages(docs_dir: Path) -> list[Path]:
+    return sorted(p for p in docs_dir.rglob("*.md") if MARKER.search(p.read_text(encoding="utf-8")))
+
+
+def stale(docs_dir: Path) -> list[str]:
+    """The pages whose generated blocks differ from what the code and configs generate now."""
+    generated = blocks(read_verdicts(docs_dir))
+    return [str(p) for p in pages(docs_dir) if render(text := p.read_text(encoding="utf-8"), generated) != text]
+
+
+def write(docs_dir: Path, echo: Callable[[str], None] = print) -> list[Path]:
+    generated = blocks(read_verdicts(docs_dir))
+    written = []
+    for page in pages(docs_dir):
+        text = page.read_text(encoding="utf-8")
+        new = render(text, generated)
+        if new != text:
+            page.write_text(new, encoding="utf-8")
+            written.append(page)
+            echo(f"poslab docs: regenerated {page}")
+    return written
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m poslab.docs [--check] [--no-verdicts] [DOCS_DIR]``: refresh the verdicts from the runs
+    found, then rewrite the generated blocks (``--check``: only say which pages are stale, exit 1 if any)."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    check, refresh = "--check" in args, "--no-verdicts" not in args and "--check" not in args
+    rest = [a for a in args if not a.startswith("--")]
+    docs_dir = Path(rest[0] if rest else "docs")
+    if check:
+        outdated = stale(docs_dir)
+        for page in outdated:
+            print(f"poslab docs: {page} is stale: run `make docs`", file=sys.stderr)
+        return 1 if outdated else 0
+    if refresh:
+        refresh_verdicts(docs_dir)
+    write(docs_dir)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,79 @@
+"""The docs' generated tables match the code and configs: a new encoder, option or experiment fails here
+until ``make docs`` regenerates its row."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from poslab import docs
+from poslab.encoders import registry
+from poslab.encoders.base import PositionEncoder
+
+DOCS = Path(__file__).resolve().parents[1] / "docs"
+
+
+@pytest.fixture(scope="module")
+def generated() -> dict[str, str]:
+    return docs.blocks(docs.read_verdicts(DOCS))
+
+
+def test_the_committed_pages_are_what_make_docs_generates(generated):
+    stale = [p.name for p in docs.pages(DOCS) if docs.render(t := p.read_text(encoding="utf-8"), generated) != t]
+    assert not stale, f"stale generated tables in {stale}: run `make docs`"
+    assert {"encoders", "experiments", "options:vision", "options:text"} <= set(generated)
+
+
+def test_every_encoder_and_experiment_has_its_row(generated):
+    from poslab.encoders import available_encoders
+
+    for name in available_encoders():
+        assert f"| `{name}` |" in generated["encoders"], name
+    for name in docs.experiments():
+        assert f"| `{name}` |" in generated["experiments"], name
+    assert "| `stickbreaking` | Tan et al. 2025 | `attention_weights` | — |" in generated["encoders"]
+
+
+def test_a_new_encoder_makes_the_encoder_page_stale_until_regenerated(tmp_path, generated, monkeypatch):
+    copy = tmp_path / "docs"
+    shutil.copytree(DOCS, copy)
+    unchanged = {k: v for k, v in generated.items() if k != "encoders"}
+    monkeypatch.setattr(docs, "options_block", lambda modality: unchanged[f"options:{modality}"])  # as committed
+
+    @registry.register_encoder("throwaway")
+    class Throwaway(PositionEncoder):
+        paper = "Nobody 2026"
+        reads = "steps"
+
+        def __init__(self, dim: int, num_heads: int, scale: float = 2.0) -> None:
+            super().__init__(dim, num_heads)
+
+        def encode_input(self, x, pos):
+            return x
+
+    try:
+        assert [Path(p).name for p in docs.stale(copy)] == ["encoders.md"]
+        docs.write(copy, echo=lambda line: None)
+        assert docs.stale(copy) == []
+        assert "| `throwaway` | Nobody 2026 | `encode_input` | `steps` |" in (copy / "encoders.md").read_text()
+    finally:
+        registry._REGISTRY.pop("throwaway", None)
+
+
+def test_only_the_marked_blocks_are_rewritten():
+    page = (
+        "# Title\nprose\n<!-- poslab-docs:x -->\nold\n<!-- /poslab-docs:x -->\nmore prose\n"
+        "<!-- poslab-docs:y -->\nkept\n<!-- /poslab-docs:y -->\n"
+    )
+    out = docs.render(page, {"x": "new\n"})
+    assert out == page.replace("old\n", "new\n")
+
+
+def test_every_encoder_names_its_paper():
+    """``paper`` is declared in each encoder's own class (an empty one says it is a common construction)."""
+    from poslab.encoders import available_encoders, encoder_class
+
+    missing = [name for name in available_encoders() if "paper" not in vars(encoder_class(name))]
+    assert not missing, missing
