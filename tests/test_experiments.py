@@ -28,13 +28,15 @@ def test_every_experiment_composes_and_its_expectations_parse(name):
 
 
 def test_a_sweep_is_the_comparison_grid_with_the_tasks_metric(capsys):
-    """Derived from the registry and the experiment: a new encoder joins the sweeps with no edit."""
+    """Derived from the experiment and the registry: `all` takes every fitting encoder, a new one with no edit."""
     from poslab.cli import main
     from poslab.encoders import available_encoders
     from poslab.sweep import sweep_config
 
     vision = sweep_config("vision")
-    assert vision["parameters"]["encoder"]["values"] == available_encoders("vision")  # resolution: every one
+    resolution = ["none", "sincos2d", "learned2d", "rope2d", "rope2d_mixed", "liere", "rope2d_golden"]
+    assert vision["parameters"]["encoder"]["values"] == resolution  # the experiment's grid
+    assert sweep_config("vision", ["all"])["parameters"]["encoder"]["values"] == available_encoders("vision")
     assert vision["parameters"]["experiment"] == {"value": "resolution"}
     assert vision["parameters"]["seed"]["values"] == [0, 1, 2]
     assert vision["metric"] == {"name": "val/acc_best", "goal": "maximize"}  # a plain number in W&B's summary
