@@ -26,6 +26,9 @@ from datetime import date
 from pathlib import Path
 from typing import Any
 
+from poslab.report import check_expectations, group_runs
+from poslab.summary import read_summary
+
 MARKER = re.compile(r"(<!-- poslab-docs:(?P<name>[\w:.-]+) -->\n)(?P<body>.*?)(<!-- /poslab-docs:(?P=name) -->)", re.S)
 VERDICTS = "verdicts.json"
 #: The option groups a modality's table lists (the encoder's are in the encoder table; the trainer's are
@@ -83,8 +86,6 @@ def measured_verdicts(
     """The experiment's expectations (as its YAML states them now) checked on its grid's runs under the run
     root, or None when a run of the grid (as the configs compose it now) is missing."""
     from poslab.compare import plan
-    from poslab.report import check_expectations, group_runs
-    from poslab.summary import read_summary
 
     summaries = []
     for _label, _seed, cfg in plan(modality, None, None, [f"experiment={name}"]):
