@@ -129,6 +129,19 @@ def test_a_user_config_folder_overlays_the_packaged_configs(tmp_path, monkeypatc
     assert compose(["modality=text"]).encoder.name == "rope"  # the packaged modality YAML still applies
 
 
+def test_an_installed_plugin_leaves_the_project_docs_as_they_are(site, tmp_path):
+    """The docs describe the project; a plugin's encoder, modality and dataset are its own docs' to list."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), str(ROOT / "src")])}
+    env.pop("POSLAB_CONFIG_DIR", None)
+    command = [sys.executable, "-c", "from poslab import docs; print(docs.own_encoders(), docs.own_modalities())"]
+    own = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert own.returncode == 0 and "halfsteps" not in own.stdout and "'toy'" not in own.stdout, own.stderr
+    assert "'rope'" in own.stdout and "'vision'" in own.stdout
+    check = [sys.executable, "-m", "poslab.docs", "--check", str(ROOT / "docs")]
+    checked = subprocess.run(check, cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(1500)
 def test_the_whole_fast_tier_passes_with_a_plugins_modality_and_encoder_installed(site):

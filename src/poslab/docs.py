@@ -2,7 +2,9 @@
 
 A docs page holds a generated block between two markers, ``<!-- poslab-docs:NAME -->`` and
 ``<!-- /poslab-docs:NAME -->``; :func:`render` rewrites what lies between them and leaves the rest of
-the page as written. The blocks:
+the page as written. The docs describe the project: what an installed plugin adds (its encoders, its
+modalities, its configs) is left to the plugin's own docs, so installing one leaves the pages as they are.
+The blocks:
 
 * ``encoders`` — every registered encoder: its paper, the hooks it overrides, the position field it
   reads, the modalities it fits, its defaults and the verdicts of the experiments that test it;
@@ -26,6 +28,13 @@ from datetime import date
 from pathlib import Path
 from typing import Any
 
+from omegaconf import OmegaConf
+
+from poslab.compare import plan
+from poslab.config import compose, option_rows
+from poslab.config_files import config_dirs, load_yaml, modality_positions
+from poslab.entry_points import entry_points, plugin_config_dirs, plugin_packages
+from poslab.plugins import available_modalities
 from poslab.report import check_expectations, group_runs
 from poslab.summary import read_summary
 
@@ -50,14 +59,33 @@ def table(header: list[str], rows: list[list[str]]) -> str:
 # -- experiments and their verdicts -----------------------------------------------------------------------
 
 
+def own_config_dirs() -> list[Path]:
+    """The config folders less the installed plugins' (first wins, as :func:`config_dirs`)."""
+
+    plugins = set(plugin_config_dirs())
+    return [d for d in config_dirs() if d not in plugins]
+
+
+def own_encoders() -> list[str]:
+    """The registered encoders less those an installed plugin's package defines."""
+    from poslab.encoders import available_encoders, encoder_class
+
+    plugins = plugin_packages()
+    return [n for n in available_encoders() if encoder_class(n).__module__.split(".")[0] not in plugins]
+
+
+def own_modalities() -> list[str]:
+    """The registered modalities less those an installed plugin's entry points add."""
+
+    plugins = {ep.name for ep in entry_points("poslab.modalities")}
+    return [m for m in available_modalities() if m not in plugins]
+
+
 def experiments() -> dict[str, dict[str, Any]]:
     """name -> {modality, encoders, expect, about} for every experiment YAML, as it is written."""
-    from omegaconf import OmegaConf
-
-    from poslab.config_files import config_dirs
 
     found: dict[str, dict[str, Any]] = {}
-    for root in reversed(config_dirs()):  # the project's own last: it wins a clash
+    for root in reversed(own_config_dirs()):  # the project's own last: it wins a clash
         for path in sorted((root / "experiment").glob("*.yaml")):
             raw = OmegaConf.to_container(OmegaConf.load(path)) or {}
             comment = []
@@ -85,7 +113,6 @@ def measured_verdicts(
 ) -> dict[str, Any] | None:
     """The experiment's expectations (as its YAML states them now) checked on its grid's runs under the run
     root, or None when a run of the grid (as the configs compose it now) is missing."""
-    from poslab.compare import plan
 
     summaries = []
     for _label, _seed, cfg in plan(modality, None, None, [f"experiment={name}"]):
@@ -127,18 +154,15 @@ def verdict_mark(held: list[bool | None]) -> str:
 
 
 def encoder_block(verdicts: dict[str, Any]) -> str:
-    from omegaconf import OmegaConf
 
-    from poslab.config_files import config_dirs, load_yaml, modality_positions
-    from poslab.encoders import available_encoders, encoder_class, encoder_defaults
+    from poslab.encoders import encoder_class, encoder_defaults
     from poslab.encoders.base import PositionEncoder
-    from poslab.plugins import available_modalities
 
     # looked up once: each lookup scans the installed packages for plugins
-    positions = {m: modality_positions(m) for m in available_modalities()}
-    yamls = {p.stem: p for root in reversed(config_dirs()) for p in (root / "encoder").glob("*.yaml")}
+    positions = {m: modality_positions(m) for m in own_modalities()}
+    yamls = {p.stem: p for root in reversed(own_config_dirs()) for p in (root / "encoder").glob("*.yaml")}
     rows = []
-    for name in available_encoders():
+    for name in own_encoders():
         cls = encoder_class(name)
         hooks = list(cls.hooks())
         if cls.for_layer is not PositionEncoder.for_layer:
@@ -169,11 +193,18 @@ def encoder_block(verdicts: dict[str, Any]) -> str:
     return table(header, rows)
 
 
-def options_block(modality: str) -> str:
-    from poslab.config import compose, option_rows
+def own_choices(kind: str, modality: str) -> str:
+    """An option's type less the choices an installed plugin's datasets add (``one of 'a', 'b'``)."""
+    sources = [ep.name.split(".", 1) for ep in entry_points("poslab.sources") if "." in ep.name]
+    added = {f"'{name}'" for owner, name in sources if owner == modality}
+    if not added or not kind.startswith("one of "):
+        return kind
+    return "one of " + ", ".join(c for c in kind.removeprefix("one of ").split(", ") if c not in added)
 
+
+def options_block(modality: str) -> str:
     rows = [
-        [f"`{key}`", kind.replace("|", "\\|"), cell(value)]
+        [f"`{key}`", own_choices(kind, modality).replace("|", "\\|"), cell(value)]
         for key, kind, _default, value in option_rows(compose([f"modality={modality}"]))
         if key.startswith(MODALITY_GROUPS)
     ]
@@ -203,10 +234,8 @@ def experiments_block(verdicts: dict[str, Any]) -> str:
 
 
 def blocks(verdicts: dict[str, Any]) -> dict[str, str]:
-    from poslab.plugins import available_modalities
-
     out = {"encoders": encoder_block(verdicts), "experiments": experiments_block(verdicts)}
-    out.update({f"options:{m}": options_block(m) for m in available_modalities()})
+    out.update({f"options:{m}": options_block(m) for m in own_modalities()})
     return out
 
 

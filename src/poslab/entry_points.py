@@ -43,6 +43,11 @@ def load(group: str, modality: str | None = None) -> list[ModuleType]:
     return loaded
 
 
+def plugin_packages() -> set[str]:
+    """The top-level packages the installed plugins' entry points live in (found without importing them)."""
+    return {ep.value.split(":")[0].split(".")[0] for group in GROUPS for ep in entry_points(group)}
+
+
 def plugin_config_dirs() -> list[Path]:
     """The ``configs/`` folder at the top of each plugin's package, where it has one (found without importing
     the plugin)."""
