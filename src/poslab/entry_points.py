@@ -15,7 +15,9 @@ A leaf of the house: it imports nothing of poslab's but the errors.
 
 from __future__ import annotations
 
+import functools
 import importlib.util
+import sys
 from importlib import metadata
 from pathlib import Path
 from types import ModuleType
@@ -26,7 +28,16 @@ GROUPS = ("poslab.encoders", "poslab.modalities", "poslab.sources")
 
 
 def entry_points(group: str) -> list[metadata.EntryPoint]:
-    return sorted(metadata.entry_points(group=group), key=lambda ep: ep.name)
+    """``group``'s entry points of the installed packages, by name."""
+    return list(_scanned(tuple(sys.path)).get(group, ()))
+
+
+@functools.lru_cache(maxsize=4)
+def _scanned(path: tuple[str, ...]) -> dict[str, tuple[metadata.EntryPoint, ...]]:
+    """Every poslab group's entry points, read once per ``sys.path``: reading them means opening every installed
+    package's metadata (10 ms here), and composing one config looks 20 times."""
+    found = {group: metadata.entry_points(group=group) for group in GROUPS}
+    return {group: tuple(sorted(eps, key=lambda ep: ep.name)) for group, eps in found.items()}
 
 
 def load(group: str, modality: str | None = None) -> list[ModuleType]:
