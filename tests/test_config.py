@@ -155,6 +155,7 @@ def test_rope_scaling_is_set_key_by_key_from_the_command_line():
         (["modality=no_such_modality"], "unknown modality 'no_such_modality'"),
         (["trainer.max_epochs"], "override 'trainer.max_epochs' is not key=value"),
         (["encoder=[a,b]"], "'encoder' selects a config file by name"),
+        (["modality=text", "eval.multiples={a: 1}"], "config key 'eval.multiples' expects a list of int, got {'a': 1}"),
         (
             ["modality=text", "encoder=rope", "encoder.scaling.typ=yarn"],
             "unknown config key 'encoder.scaling.typ' (did you mean 'encoder.scaling.type'?)",

@@ -456,15 +456,28 @@ def _type_error(exc: OmegaConfBaseException, cfg: DictConfig, structured: DictCo
     return ConfigError(f"config key '{key}' expects {describe_type(_field_type(schema, key))}, got {value!r}")
 
 
+def _has_key(node: DictConfig, key: str) -> bool:
+    try:
+        return OmegaConf.select(node, key, default=_ABSENT) is not _ABSENT
+    except OmegaConfBaseException:  # a name indexing a list
+        return False
+
+
+_ABSENT = object()
+
+
 def _first_bad_leaf(cfg: DictConfig, structured: DictConfig) -> str | None:
-    """When OmegaConf does not say which key failed (tuples), try each leaf alone."""
+    """When OmegaConf does not say which key failed (tuples, a mapping given for a list), try each leaf alone;
+    the key named is the deepest the schema has (``eval.multiples``, not ``eval.multiples.a``)."""
     for path, value in _leaves(OmegaConf.to_container(cfg)):
         patch = OmegaConf.create()
         OmegaConf.update(patch, path, value, force_add=True)
         try:
             OmegaConf.merge(structured, patch)
-        except OmegaConfBaseException:
-            return path
+        except (OmegaConfBaseException, TypeError):  # TypeError: a mapping where a list belongs
+            parts = path.split(".")
+            known = [".".join(parts[:n]) for n in range(len(parts), 0, -1)]
+            return next((k for k in known if _has_key(structured, k)), path)
     return None
 
 

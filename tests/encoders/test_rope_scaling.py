@@ -115,7 +115,7 @@ def test_longrope_needs_one_factor_per_frequency():
 
 def test_rope_takes_both_from_its_config_and_the_length_study_applies_llama3():
     """``encoder.scaling`` builds them (longrope with its factors); ``extended("llama3", m)`` is what the length
-    study applies at m x; longrope, whose factors come from a model's search, is not an evaluation extension."""
+    study applies at m x, as it does longrope once its factors are searched (tests/encoders/test_longrope_search.py)."""
     from omegaconf import OmegaConf
 
     from poslab.config import compose
@@ -133,7 +133,8 @@ def test_rope_takes_both_from_its_config_and_the_length_study_applies_llama3():
     assert factor == pytest.approx(math.sqrt(1 + math.log(2) / math.log(64)))
     extended = build_encoder("rope", dim=64, num_heads=4, max_len=64).extended("llama3", 4.0)
     torch.testing.assert_close(extended.frequencies()[0], llama3_reference(10000.0, 16, 4.0, 64), rtol=1e-12, atol=0)
+    assert list(compose(["modality=text", "eval.rope_scaling=[longrope]"]).eval.rope_scaling) == ["longrope"]
     with pytest.raises(
-        ConfigError, match="expects one of 'linear', 'ntk', 'dynamic', 'yarn', 'llama3', 'swan', got 'longrope'"
+        ConfigError, match="expects one of 'linear', 'ntk', 'dynamic', 'yarn', 'llama3', 'longrope', 'swan', got 'pi'"
     ):
-        compose(["modality=text", "eval.rope_scaling=[longrope]"])
+        compose(["modality=text", "eval.rope_scaling=[pi]"])

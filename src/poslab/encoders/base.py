@@ -32,12 +32,14 @@ that field, so ``enc.encode_input(x, torch.arange(L))`` works in a notebook.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 import torch
 from torch import nn
 
 from poslab.config_files import modality_positions
+from poslab.encoders.longrope_search import SearchBudget, SearchResult
 from poslab.errors import ConfigError
 from poslab.offsets import offset_bias
 from poslab.positions import Positions, steps_start
@@ -74,6 +76,9 @@ class PositionEncoder(nn.Module):
     * ``length_driven_extensions`` — those whose scale follows the length being
       processed (dynamic NTK): the length study applies them with factor 1 and
       as in generation, each prediction scaled for its own prefix.
+    * ``searched_extensions`` — those whose settings are searched for each length
+      on validation data before they are scored (LongRoPE's factors): the length
+      study builds them with :meth:`search_extension`, not :meth:`extended`.
     """
 
     name: ClassVar[str] = ""
@@ -84,6 +89,8 @@ class PositionEncoder(nn.Module):
     context_extensions: ClassVar[tuple[str, ...]] = ()
     #: Extensions driven by the current length rather than a factor (see the class docstring).
     length_driven_extensions: ClassVar[tuple[str, ...]] = ()
+    #: Extensions whose settings are searched per length (see the class docstring).
+    searched_extensions: ClassVar[tuple[str, ...]] = ()
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         """Every encoder's constructor checks the ranges its options declare (``Annotated[int, AT_LEAST_1]``),
@@ -192,6 +199,13 @@ class PositionEncoder(nn.Module):
     def extended(self, kind: str, factor: float) -> PositionEncoder:
         """A copy that extends the context ``factor``-fold by ``kind``, for evaluation only."""
         raise NotImplementedError(f"encoder '{self.name}' has no context extension '{kind}'")
+
+    def search_extension(
+        self, kind: str, factor: float, fitness: Callable[[PositionEncoder], float], budget: SearchBudget
+    ) -> tuple[PositionEncoder, SearchResult]:
+        """The copy extending the context ``factor``-fold by the searched extension ``kind`` whose settings
+        minimise ``fitness`` (the loss of the model with that copy in place), and what the search found."""
+        raise NotImplementedError(f"encoder '{self.name}' has no searched context extension '{kind}'")
 
     # -- helpers ------------------------------------------------------------
     @classmethod

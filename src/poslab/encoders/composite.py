@@ -27,7 +27,13 @@ class MemberEncoder(PositionEncoder):
     def __init__(self, dim: int, num_heads: int, members: dict[str, PositionEncoder]) -> None:
         super().__init__(dim, num_heads)
         self.members = nn.ModuleDict(members)
-        self.context_extensions = tuple(dict.fromkeys(e for m in members.values() for e in m.context_extensions))
+        searched = [e for m in members.values() for e in m.searched_extensions if e in m.context_extensions]
+        self.searched_extensions = tuple(e for e in dict.fromkeys(searched) if searched.count(e) == 1)
+        self.context_extensions = tuple(  # a search over two members' settings at once: not offered
+            e
+            for e in dict.fromkeys(e for m in members.values() for e in m.context_extensions)
+            if e not in searched or e in self.searched_extensions
+        )
         self.length_driven_extensions = tuple(
             dict.fromkeys(e for m in members.values() for e in m.length_driven_extensions)
         )
@@ -45,6 +51,25 @@ class MemberEncoder(PositionEncoder):
     def extended_members(self, kind: str, factor: float) -> dict[str, PositionEncoder]:
         """The members extended by ``kind`` where they know it; the others shared unchanged."""
         return {n: m.extended(kind, factor) if kind in m.context_extensions else m for n, m in self.members.items()}
+
+    def with_members(self, members: dict[str, PositionEncoder]) -> MemberEncoder:
+        """The same construction over other members (an extended copy)."""
+        raise NotImplementedError
+
+    def extended(self, kind: str, factor: float) -> MemberEncoder:
+        return self.with_members(self.extended_members(kind, factor))
+
+    def search_extension(self, kind, factor, fitness, budget):
+        """The one member's searched extension, scored with the other members as trained."""
+        if kind not in self.searched_extensions:
+            return super().search_extension(kind, factor, fitness, budget)
+        name = next(n for n, m in self.members.items() if kind in m.searched_extensions)
+
+        def with_member(member: PositionEncoder) -> MemberEncoder:
+            return self.with_members({**self.members, name: member})
+
+        found, result = self.members[name].search_extension(kind, factor, lambda m: fitness(with_member(m)), budget)
+        return with_member(found), result
 
 
 class CompositeEncoder(MemberEncoder):
@@ -108,5 +133,5 @@ class CompositeEncoder(MemberEncoder):
         member = self._replacing("attention_weights")
         return None if member is None else member.attention_weights(logits)
 
-    def extended(self, kind: str, factor: float) -> CompositeEncoder:
-        return CompositeEncoder(self.dim, self.num_heads, self.extended_members(kind, factor))
+    def with_members(self, members: dict[str, PositionEncoder]) -> CompositeEncoder:
+        return CompositeEncoder(self.dim, self.num_heads, members)

@@ -25,6 +25,7 @@ class DroPE(RoPE):
     paper = "Gelberg et al. 2026"
     reads = "steps"
     context_extensions = ()  # it extends by having no rotation to extend
+    searched_extensions = ()
     length_driven_extensions = ()
 
     def __init__(

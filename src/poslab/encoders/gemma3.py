@@ -57,6 +57,18 @@ class Gemma3(RoPE):
         clone.global_layers = self.global_layers.extended(kind, factor)
         return clone
 
+    def search_extension(self, kind, factor, fitness, budget):
+        """The global layers' searched extension, scored with the local layers as trained."""
+
+        def with_global(layers: RoPE) -> Gemma3:
+            clone = copy.copy(self)
+            clone._modules = dict(self._modules)
+            clone.global_layers = layers
+            return clone
+
+        found, result = self.global_layers.search_extension(kind, factor, lambda g: fitness(with_global(g)), budget)
+        return with_global(found), result
+
     def extra_repr(self) -> str:
         return (
             f"{super().extra_repr()}, global_base={self.global_base}, global_every={self.global_every}, "

@@ -66,8 +66,8 @@ class LayeredEncoder(MemberEncoder):
         first = self.for_layer(0)
         return first.attention_weights(logits) if first.uses("attention_weights") else None
 
-    def extended(self, kind: str, factor: float) -> LayeredEncoder:
-        return LayeredEncoder(self.dim, self.num_heads, self.extended_members(kind, factor), self.pattern)
+    def with_members(self, members: dict[str, PositionEncoder]) -> LayeredEncoder:
+        return LayeredEncoder(self.dim, self.num_heads, members, self.pattern)
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, pattern={','.join(self.pattern)}"

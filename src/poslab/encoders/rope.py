@@ -18,10 +18,11 @@ the offset m − n (tested, both layouts, against the complex form).
   SWAN-GPT, whose global layers go without position: ``rnope`` with a
   window).
 * ``scaling``: a context extension (:mod:`poslab.encoders.rope_scaling`):
-  ``linear`` (PI), ``ntk``, ``dynamic``, ``yarn``, ``llama3`` (each also tried at
-  evaluation by the length study) and ``longrope`` (with a model's searched
-  per-frequency factors); ``original_max_len`` null = ``max_len``, the training
-  context the data reports.
+  ``linear`` (PI), ``ntk``, ``dynamic``, ``yarn``, ``llama3`` and ``longrope``
+  (each also tried at evaluation by the length study; ``longrope``'s
+  per-frequency factors searched there for each length on validation data,
+  :mod:`poslab.encoders.longrope_search`); ``original_max_len`` null =
+  ``max_len``, the training context the data reports.
 
 cos/sin come from float64 angles reduced modulo 2π, computed once per forward
 pass from the batch's own positions (every layer reuses them; the data module
@@ -38,6 +39,7 @@ from dataclasses import asdict
 import torch
 
 from poslab.encoders.base import PositionEncoder
+from poslab.encoders.longrope_search import evolve
 from poslab.encoders.registry import register_encoder
 from poslab.encoders.rope_scaling import NEED_ORIGINAL, RopeScaling, scaled_frequencies
 from poslab.encoders.rotary import LastInputCache, Layout, apply_cos_sin, rotation_angles
@@ -50,8 +52,11 @@ from poslab.ranges import Base, OptionalCount, PartOf1, ZeroToOne
 class RoPE(PositionEncoder):
     paper = "Su et al. 2021"
     reads = "steps"
-    context_extensions = ("linear", "ntk", "dynamic", "yarn", "llama3")
+    context_extensions = ("linear", "ntk", "dynamic", "yarn", "llama3", "longrope")
     length_driven_extensions = ("dynamic",)
+    searched_extensions = ("longrope",)
+    #: The rules whose factors start LongRoPE's search (Ding et al. 2024, §3.2: PI, NTK and YaRN).
+    SEARCH_START = ("linear", "ntk", "yarn", "llama3")
 
     def __init__(
         self,
@@ -105,6 +110,25 @@ class RoPE(PositionEncoder):
             **{**asdict(self.scaling), "type": kind, "factor": factor, "original_max_len": original}
         )
         clone._freqs, clone._rows = {}, LastInputCache()
+        return clone
+
+    def search_extension(self, kind, factor, fitness, budget):
+        """LongRoPE: the per-frequency factors λ_i (θ_i / λ_i, Ding et al. 2024, eq. 3) of lowest ``fitness``,
+        searched from the factors PI, NTK, YaRN and Llama 3.1's rule imply (θ_i / θ'_i)."""
+        if kind not in self.searched_extensions:
+            return super().search_extension(kind, factor, fitness, budget)
+        original = torch.as_tensor(self.frequencies()[0])
+        start = {
+            rule: torch.nan_to_num(original / self.extended(rule, factor).frequencies()[0], nan=1.0).tolist()
+            for rule in self.SEARCH_START
+        }  # p-RoPE's zeroed frequencies: 0 / 0, any factor does (1)
+        found = evolve(start, factor, lambda factors: fitness(self.with_long_factor(factor, factors)), budget)
+        return self.with_long_factor(factor, found.factors), found
+
+    def with_long_factor(self, factor: float, long_factor) -> RoPE:
+        """The ``longrope`` extension by ``factor`` with the per-frequency factors ``long_factor``."""
+        clone = self.extended("longrope", factor)
+        clone.scaling.long_factor = list(long_factor)
         return clone
 
     # -- cos / sin -----------------------------------------------------------------------

@@ -21,8 +21,8 @@ factor that multiplies cos and sin (so q·k scales by its square).
 * ``longrope`` — LongRoPE (Ding et al. 2024, eq. 3; HF ``_compute_longrope_parameters``):
   θ_i / λ_i with one searched rescale factor λ_i per frequency, ``long_factor`` when
   extending (s > 1), ``short_factor`` otherwise, attention factor √(1 + ln s / ln L₀)
-  (``attention_factor`` overrides it). The factors come from a model's search (its
-  config, as Phi-3's): a training-time scaling, not tried at evaluation.
+  (``attention_factor`` overrides it). The factors come from a search (a model's
+  config, as Phi-3's; the length study runs one, :mod:`poslab.encoders.longrope_search`).
 """
 
 from __future__ import annotations
@@ -134,9 +134,6 @@ SCALINGS: dict[str, Callable] = {
     "llama3": _llama3,
     "longrope": _longrope,
 }
-#: Scalings that need what a model's own search found (per-frequency factors): set in ``encoder.scaling``,
-#: not tried as an evaluation-time extension.
-SEARCHED = ("longrope",)
 
 
 def scaled_frequencies(

@@ -35,6 +35,7 @@ class XPos(RoPE):
     paper = "Sun et al. 2022"
     reads = "steps"
     context_extensions = ()  # the RoPE extensions are not defined for the decay term
+    searched_extensions = ()
     length_driven_extensions = ()
 
     def __init__(

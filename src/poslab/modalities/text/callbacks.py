@@ -3,7 +3,10 @@ and flip-flop's sparse test (accuracy at the training length with rarer writes).
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from poslab import plots
+from poslab.encoders.longrope_search import SearchBudget, SearchResult
 from poslab.evaluation.probes import Evaluation, Probe
 from poslab.loggers import log_line_chart
 from poslab.modalities.text import lengen
@@ -19,6 +22,20 @@ class LengthGeneralization(Evaluation):
         super().__init__()
         self.multiples = list(eval_cfg["multiples"])
         self.extensions = list(eval_cfg["rope_scaling"])
+        self.search_tokens = int(eval_cfg["search_tokens"])
+        self.budget = SearchBudget(int(eval_cfg["search_population"]), int(eval_cfg["search_generations"]))
+        self.searched: dict[tuple[str, int], SearchResult] = {}
+
+    def extended(self, trainer, task, step):
+        """The encoder of an extension's pass: searched first where the extension's settings are."""
+        if step.variant not in task.encoder.searched_extensions:
+            return task.encoder.extended(step.variant, step.factor)
+        budget = replace(self.budget, seed=int(trainer.datamodule.seed))
+        found, result = lengen.searched_extension(
+            trainer, task, step.variant, step.factor, step.multiple, budget, self.search_tokens
+        )
+        self.searched[(step.variant, step.multiple)] = result
+        return found
 
     def probes(self, trainer, task):
 
@@ -29,8 +46,8 @@ class LengthGeneralization(Evaluation):
                 swap = None
             else:
 
-                def swap(kind=step.variant, factor=step.factor):
-                    return lengen.encoder_swapped(task.backbone, encoder.extended(kind, factor))
+                def swap(step=step):
+                    return lengen.encoder_swapped(task.backbone, self.extended(trainer, task, step))
 
             yield Probe(
                 f"lengen/{{}}@{step.multiple}x{variant}",
@@ -74,6 +91,19 @@ class LengthGeneralization(Evaluation):
         self.add_figure(trainer, f"lengen/{metric}", plots.length_figure(lengths, series, metric, context, title))
         base = {probe.tag.multiple: result for probe, result in results if probe.tag.variant == BASE}
         self._depth_heatmap(trainer, task, base, lengths, multiples)
+        self._searched_table(trainer, context)
+
+    def _searched_table(self, trainer, context: int) -> None:
+        """What each searched extension found: its validation loss against its starting rules', its settings."""
+        if not self.searched:
+            return
+        starts = list(next(iter(self.searched.values())).start)
+        rows = [
+            [kind, m, m * context, r.fitness, *(r.start[s] for s in starts), r.evaluated, " ".join(map(str, r.factors))]
+            for (kind, m), r in sorted(self.searched.items())
+        ]
+        columns = ["variant", "multiple", "length", "val_loss", *(f"val_loss_{s}" for s in starts), "evaluated"]
+        self.add_table(trainer, "lengen/searched", [*columns, "factors"], rows)
 
     def _depth_heatmap(self, trainer, task, base, lengths, multiples) -> None:
         """Accuracy by answer depth x length (associative recall): the lost-in-the-middle picture."""

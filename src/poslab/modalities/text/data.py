@@ -192,6 +192,16 @@ class TextDataModule(PositionDataModule):
         batch = max(1, self.cfg.eval_batch_size // multiple)
         return self.eval_loader(ContiguousWindows(self.held_out("test"), length), batch)
 
+    def search_loader(self, multiple: int, tokens: int) -> DataLoader:
+        """Validation windows of ``multiple`` × the context, about ``tokens`` characters (at least one window):
+        what a searched extension (LongRoPE's factors) is fitted on, apart from the test characters that
+        score it."""
+        length = self.context * multiple
+        validation = self.splits["val"]
+        count = max(1, min(tokens, len(validation) - 1) // length)
+        batch = max(1, self.cfg.eval_batch_size // multiple)
+        return self.eval_loader(ContiguousWindows(validation[: count * length + 1], length), batch)
+
     def eval_loader(self, dataset: Dataset | list, batch_size: int | None) -> DataLoader:
         """An evaluation loader whose passes all draw the same sampled positions (see the module docstring)."""
         return RestartingLoader(dataset, batch_size=batch_size, on_start=self.restart_eval_positions)

@@ -10,7 +10,10 @@ for an extension driven by the length itself (dynamic NTK), which keeps factor
 §3.3; Hugging Face's ``_compute_dynamic_ntk_parameters``) — and is scored as it
 runs in generation (:func:`as_generated`): scoring a whole window at once would
 scale every prediction for the window's length, i.e. make it NTK at factor m.
-An encoder that cannot run at a length (a learned table) records why.
+A searched extension (LongRoPE's per-frequency factors) is first fitted at each
+length on validation windows of that length (:func:`searched_extension`), then
+scored on the test windows like the others. An encoder that cannot run at a
+length (a learned table) records why.
 """
 
 from __future__ import annotations
@@ -23,7 +26,9 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from poslab import interrupts
 from poslab.encoders.base import PositionEncoder
+from poslab.encoders.longrope_search import SearchBudget, SearchResult
 from poslab.positions import Positions, steps_start
 
 BASE = "base"
@@ -66,6 +71,35 @@ def encoder_swapped(backbone: nn.Module, encoder: PositionEncoder) -> Iterator[N
         yield
     finally:
         backbone.encoder = original
+
+
+def searched_extension(
+    trainer, task, kind: str, factor: float, multiple: int, budget: SearchBudget, tokens: int
+) -> tuple[PositionEncoder, SearchResult]:
+    """The task encoder's searched extension ``kind`` at ``multiple`` × the context, its settings fitted to the
+    loss on about ``tokens`` validation tokens of that length (the model in eval mode, under the run's
+    precision). Every rank searches the same data from the same seed, so every rank finds the same."""
+    from lightning.fabric.utilities.apply_func import move_data_to_device
+
+    datamodule = trainer.datamodule
+    batches = [
+        datamodule.as_batch(move_data_to_device(item, task.device))
+        for item in datamodule.search_loader(multiple, tokens)
+    ]
+
+    def fitness(candidate: PositionEncoder) -> float:
+        interrupts.check("the search of a context extension")
+        with encoder_swapped(task.backbone, candidate), trainer.precision_plugin.forward_context():
+            losses = [task.lengen_measure(batch, False, datamodule.context)["loss"].flatten() for batch in batches]
+        return torch.cat(losses).float().mean().item()
+
+    training = task.training
+    task.eval()
+    try:
+        with torch.no_grad():
+            return task.encoder.search_extension(kind, factor, fitness, budget)
+    finally:
+        task.train(training)
 
 
 @dataclass(frozen=True)

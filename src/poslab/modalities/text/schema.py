@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Annotated, Literal, Optional
 
 from poslab.encoders import available_encoders, encoder_class
-from poslab.encoders.rope_scaling import SCALINGS, SEARCHED
+from poslab.encoders.rope_scaling import SCALINGS
 from poslab.modalities.text.model import CausalLM
 from poslab.modalities.text.sequence_tasks import TASKS as SEQUENCE_TASKS
 from poslab.modalities.text.sources import SOURCES as TEXT_SOURCES
@@ -20,13 +20,13 @@ from poslab.options import options_schema
 from poslab.ranges import AT_LEAST_1, Range
 from poslab.schema import EvalConfig, ModelConfig
 
-#: What the length study may apply at evaluation: every RoPE scaling but none and those needing a model's
-#: search, and the extensions other encoders declare (rnope's ``swan``).
+#: What the length study may apply at evaluation: every RoPE scaling but none, and the extensions other
+#: encoders declare (rnope's ``swan``).
 Extension = Literal[  # type: ignore[valid-type]
     tuple(
         dict.fromkeys(
             [
-                *(k for k in SCALINGS if k not in ("none", *SEARCHED)),
+                *(k for k in SCALINGS if k != "none"),
                 *(e for name in available_encoders() for e in encoder_class(name).context_extensions),
             ]
         )
@@ -44,6 +44,11 @@ class TextEvalConfig(EvalConfig):
     rope_scaling: list[Extension] = field(  # type: ignore[valid-type]  # tried at evaluation where they apply
         default_factory=lambda: ["linear", "ntk", "dynamic", "yarn"]
     )
+    # Searched extensions (rope's longrope): searched per length on about search_tokens validation tokens,
+    # search_population candidates and search_generations rounds of half as many new ones.
+    search_population: Annotated[int, Range(2)] = 16
+    search_generations: Annotated[int, Range(0)] = 6
+    search_tokens: Annotated[int, AT_LEAST_1] = 8192
     # data=flip_flop: writes this many times rarer than in training, at the training length (the sparse
     # test of Liu et al. 2023; 11 is their FFL(0.98)); logged as sparse/<metric>@<s>x.
     sparsity: Annotated[list[float], Range(1.0)] = field(default_factory=list)

@@ -66,11 +66,11 @@ class SequenceDataModule(TextDataModule):
         index = (first + (i // DEPTH_BUCKETS) % width).clamp(max=pairs - 1)
         return (index + 0.5) / pairs  # generate() takes floor(depth * pairs): this index
 
-    def fixed_set(self, size: int, split_seed: int, sparsity: float = 1.0) -> list[dict]:
-        """Seeded evaluation batches at one size; the first recall query's depth spread evenly over the buckets;
-        flip-flop's writes ``sparsity`` times rarer."""
+    def fixed_set(self, size: int, split_seed: int, sparsity: float = 1.0, count: int | None = None) -> list[dict]:
+        """``count`` (default ``data.eval_sequences``) seeded evaluation sequences at one size, in batches; the
+        first recall query's depth spread evenly over the buckets; flip-flop's writes ``sparsity`` times rarer."""
         generator = torch.Generator().manual_seed(split_seed)
-        count, batch = self.cfg.eval_sequences, self.cfg.eval_batch_size
+        count, batch = count or self.cfg.eval_sequences, self.cfg.eval_batch_size
         depth = self.bucket_depths(count, size)
         return [
             generate(
@@ -102,6 +102,12 @@ class SequenceDataModule(TextDataModule):
         """``multiple`` × the training size, drawn as in training (flip-flop: writes as frequent)."""
         size = task_size(self.cfg.name, self.context * multiple, self.queries)
         return self.eval_loader(self.fixed_set(size, 3), None)
+
+    def search_loader(self, multiple: int, tokens: int) -> DataLoader:
+        """Sequences of ``multiple`` × the training size, about ``tokens`` tokens, from a seed of their own:
+        what a searched extension is fitted on, apart from the sequences that score it."""
+        size = task_size(self.cfg.name, self.context * multiple, self.queries)
+        return self.eval_loader(self.fixed_set(size, 5, count=max(1, tokens // size)), None)
 
     def sparse_loader(self, sparsity: float) -> DataLoader:
         """Flip-flop at the training size with writes ``sparsity`` times rarer: Liu et al.'s sparse test,
