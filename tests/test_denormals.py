@@ -42,7 +42,13 @@ def test_the_poslab_command_flushes_before_the_commands_that_compute(monkeypatch
     calls = []
     monkeypatch.setattr(poslab.denormals, "flush_denormals", lambda: calls.append("flush"))
     monkeypatch.setattr(poslab.cli, "main", lambda: calls.append("main") or 0)
-    for argv, expected in ((["poslab", "train"], ["flush", "main"]), (["poslab", "list"], ["main"])):
+    cases = (
+        (["poslab", "train"], ["flush", "main"]),
+        (["poslab", "list"], ["main"]),
+        (["poslab", "compare", "modality=vision", "workers=1"], ["flush", "main"]),  # it trains itself
+        (["poslab", "compare", "modality=vision", "workers=2"], ["main"]),  # it only starts the workers
+    )
+    for argv, expected in cases:
         calls.clear()
         monkeypatch.setattr(sys, "argv", argv)
         with pytest.raises(SystemExit):
