@@ -120,7 +120,11 @@ def one_process_on_the_same_batches(overrides: list[str], monkeypatch, root: Pat
 
 
 #: What adds each modality's end-of-run probes to its tiny run.
-PROBES = {"vision": ["eval.image_sizes=[56]"], "video": ["eval.frames=[8]", "eval.canvases=[32]"]}
+PROBES = {
+    "vision": ["eval.image_sizes=[56]"],
+    "video": ["eval.frames=[8]", "eval.canvases=[32]"],
+    "text": ["eval.rope_scaling=[yarn,longrope]", "eval.search_population=4", "eval.search_generations=1"],
+}
 
 
 @pytest.mark.slow
@@ -175,6 +179,10 @@ def test_two_cpu_processes_make_one_run_with_the_one_process_metrics(modality, r
         assert offline.logged(key) == [summary["metrics"][key]], key  # logged once, by rank 0
     for key in tested:
         assert summary["metrics"][key] == pytest.approx(alone["metrics"][key], rel=TOLERANCE), key
+    if "lengen/searched" in summary["tables"]:  # a searched extension: found, and scored, as by one process
+        factors = [row[-1] for row in summary["tables"]["lengen/searched"]["rows"]]
+        assert factors == [row[-1] for row in alone["tables"]["lengen/searched"]["rows"]]
+        assert any(k.endswith("/longrope") for k in probed), probed
 
     # and = one process trained on the same batches (map-style data), from its own training run
     if modality in SAME_BATCHES:

@@ -78,7 +78,8 @@ def searched_extension(
 ) -> tuple[PositionEncoder, SearchResult]:
     """The task encoder's searched extension ``kind`` at ``multiple`` × the context, its settings fitted to the
     loss on about ``tokens`` validation tokens of that length (the model in eval mode, under the run's
-    precision). Every rank searches the same data from the same seed, so every rank finds the same."""
+    precision). Every rank searches the same data from the same seed and takes rank 0's loss for each
+    candidate, so every rank takes the same path and finds the same settings (a GPU's last bits may differ)."""
     from lightning.fabric.utilities.apply_func import move_data_to_device
 
     datamodule = trainer.datamodule
@@ -91,7 +92,7 @@ def searched_extension(
         interrupts.check("the search of a context extension")
         with encoder_swapped(task.backbone, candidate), trainer.precision_plugin.forward_context():
             losses = [task.lengen_measure(batch, False, datamodule.context)["loss"].flatten() for batch in batches]
-        return torch.cat(losses).float().mean().item()
+        return float(trainer.strategy.broadcast(torch.cat(losses).float().mean().item(), src=0))
 
     training = task.training
     task.eval()
