@@ -456,14 +456,14 @@ def _type_error(exc: OmegaConfBaseException, cfg: DictConfig, structured: DictCo
     return ConfigError(f"config key '{key}' expects {describe_type(_field_type(schema, key))}, got {value!r}")
 
 
+_ABSENT = object()
+
+
 def _has_key(node: DictConfig, key: str) -> bool:
     try:
         return OmegaConf.select(node, key, default=_ABSENT) is not _ABSENT
     except OmegaConfBaseException:  # a name indexing a list
         return False
-
-
-_ABSENT = object()
 
 
 def _first_bad_leaf(cfg: DictConfig, structured: DictConfig) -> str | None:

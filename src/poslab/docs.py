@@ -61,7 +61,6 @@ def table(header: list[str], rows: list[list[str]]) -> str:
 
 def own_config_dirs() -> list[Path]:
     """The config folders less the installed plugins' (first wins, as :func:`config_dirs`)."""
-
     plugins = set(plugin_config_dirs())
     return [d for d in config_dirs() if d not in plugins]
 
@@ -76,14 +75,12 @@ def own_encoders() -> list[str]:
 
 def own_modalities() -> list[str]:
     """The registered modalities less those an installed plugin's entry points add."""
-
     plugins = {ep.name for ep in entry_points("poslab.modalities")}
     return [m for m in available_modalities() if m not in plugins]
 
 
 def experiments() -> dict[str, dict[str, Any]]:
     """name -> {modality, encoders, expect, about} for every experiment YAML, as it is written."""
-
     found: dict[str, dict[str, Any]] = {}
     for root in reversed(own_config_dirs()):  # the project's own last: it wins a clash
         for path in sorted((root / "experiment").glob("*.yaml")):
@@ -113,7 +110,6 @@ def measured_verdicts(
 ) -> dict[str, Any] | None:
     """The experiment's expectations (as its YAML states them now) checked on its grid's runs under the run
     root, or None when a run of the grid (as the configs compose it now) is missing."""
-
     summaries = []
     for _label, _seed, cfg in plan(modality, None, None, [f"experiment={name}"]):
         path = Path(cfg.run.root) / modality / cfg.run.name / "summary.json"
@@ -154,7 +150,6 @@ def verdict_mark(held: list[bool | None]) -> str:
 
 
 def encoder_block(verdicts: dict[str, Any]) -> str:
-
     from poslab.encoders import encoder_class, encoder_defaults
     from poslab.encoders.base import PositionEncoder
 

@@ -121,6 +121,20 @@ def _recall_module(*extra):
     return dm
 
 
+def test_a_searched_extension_is_fitted_on_sequences_of_its_length_that_no_test_pass_scores():
+    dm = _recall_module()
+    fitted, scored = list(dm.search_loader(2, 400)), list(dm.lengen_loader(2))
+    size = fitted[0]["windows"].shape[1]
+    assert size == scored[0]["windows"].shape[1]  # the length of the pass it serves
+    assert sum(item["windows"].shape[0] for item in fitted) == 400 // (size - 1) == 12  # about 400 tokens
+    from poslab.modalities.text.sequence_tasks import task_size
+
+    pairs = task_size("associative_recall", 32, 3)
+    for seed in (1, 2, 3, 4):  # validation, test, the length study, the sparse test: another draw than each
+        other = dm.fixed_set(pairs, seed, count=12)
+        assert not torch.equal(other[0]["windows"], fitted[0]["windows"]), seed
+
+
 def test_recall_at_1x_is_the_longest_training_layout():
     """1x holds as many pairs and asks as many queries as the longest training sequences: in distribution."""
     dm = _recall_module()

@@ -190,6 +190,19 @@ def test_every_length_scores_the_same_held_out_characters(corpus_file, multiples
     assert len(targets(dm.val_dataloader())) == scored
 
 
+def test_a_searched_extension_is_fitted_on_validation_windows_of_its_length(corpus_file):
+    """LongRoPE's factors are searched on validation text, never on the test text that scores them."""
+    from poslab.data import build_datamodule
+
+    cfg = compose(["modality=text", "data=textfile", f"data.path={corpus_file}", "data.context=16"])
+    dm = build_datamodule(cfg)
+    dm.setup()
+    windows = torch.cat(list(dm.search_loader(4, 200)))
+    assert windows.shape == (3, 65)  # 200 characters: three windows of 64 (+ the first, never a target)
+    assert torch.equal(windows[:, 1:].reshape(-1), dm.splits["val"][1 : 3 * 64 + 1])
+    assert torch.cat(list(dm.search_loader(8, 10))).shape == (1, 129)  # fewer characters than a window: one
+
+
 def test_too_little_held_out_text_for_the_longest_length_is_a_config_error(corpus_file):
     from poslab.data import build_datamodule
 

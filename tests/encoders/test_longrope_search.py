@@ -180,6 +180,7 @@ def test_a_run_searches_longrope_at_each_length_and_scores_it_on_the_test_window
     columns = table["columns"]
     for row in table["rows"]:
         values = dict(zip(columns, row, strict=True))
+        assert len({values[f"val_loss_{s}"] for s in ("linear", "ntk", "yarn", "llama3")}) > 1  # scored, not constant
         assert values["val_loss"] <= min(values[f"val_loss_{s}"] for s in ("linear", "ntk", "yarn", "llama3"))
         factors = [float(v) for v in values["factors"].split()]
         assert len(factors) == 8 and monotone_in_range(factors, values["multiple"])

@@ -117,7 +117,7 @@ class RoPE(PositionEncoder):
         searched from the factors PI, NTK, YaRN and Llama 3.1's rule imply (θ_i / θ'_i)."""
         if kind not in self.searched_extensions:
             return super().search_extension(kind, factor, fitness, budget)
-        original = torch.as_tensor(self.frequencies()[0])
+        original = self.frequencies()[0]
         start = {
             rule: torch.nan_to_num(original / self.extended(rule, factor).frequencies()[0], nan=1.0).tolist()
             for rule in self.SEARCH_START

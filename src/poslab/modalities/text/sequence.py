@@ -106,8 +106,9 @@ class SequenceDataModule(TextDataModule):
     def search_loader(self, multiple: int, tokens: int) -> DataLoader:
         """Sequences of ``multiple`` × the training size, about ``tokens`` tokens, from a seed of their own:
         what a searched extension is fitted on, apart from the sequences that score it."""
-        size = task_size(self.cfg.name, self.context * multiple, self.queries)
-        return self.eval_loader(self.fixed_set(size, 5, count=max(1, tokens // size)), None)
+        length = self.context * multiple
+        size = task_size(self.cfg.name, length, self.queries)  # the task's own size (pairs, symbols), not tokens
+        return self.eval_loader(self.fixed_set(size, 5, count=max(1, tokens // length)), None)
 
     def sparse_loader(self, sparsity: float) -> DataLoader:
         """Flip-flop at the training size with writes ``sparsity`` times rarer: Liu et al.'s sparse test,
