@@ -70,6 +70,7 @@ def test_time_ratios_are_taken_within_each_round():
     assert round_ratios(samples, reference="t5")["none"] == pytest.approx(100 / 110)  # 0.909, 1.667, 0.606
 
 
+@pytest.mark.slow
 def test_peak_memory_grows_with_the_sequence_and_fresh_processes_read_the_same():
     small, large = peak_memory_child("none", TINY), peak_memory_child("none", replace(TINY, length=256))
     assert large > 2 * small > 0  # activations grow with L (attention with L²)

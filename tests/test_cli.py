@@ -101,6 +101,7 @@ def test_train_prints_the_sync_command_when_offline(capsys, tiny):
     assert "test/acc=" in out
 
 
+@pytest.mark.slow
 def test_console_script_is_installed():
     from pathlib import Path
 

@@ -12,6 +12,7 @@ import signal
 import stat
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -80,8 +81,13 @@ def test_a_launch_whose_process_count_disagrees_with_the_trainer_is_one_line(no_
         ConfigError, match=r"^slurm started 4 processes, but trainer.num_nodes=1 x trainer.devices=2 = 2"
     ):
         cluster.check_world(1, 2)
-    cluster.check_world(2, 2)  # 2 nodes of 2
+    cluster.check_world(1, 4)
     cluster.check_world(1, -1)  # every visible GPU: Lightning counts them
+    no_launcher.setenv("SLURM_JOB_NUM_NODES", "2")  # the 4 tasks on 2 nodes
+    cluster.check_world(2, 2)
+    with pytest.raises(ConfigError, match=r"^slurm started 4 processes on 2 nodes, but trainer.num_nodes=1: set "):
+        cluster.check_world(1, -1)  # trainer=ddp (devices -1) with num_nodes left at 1
+    cluster.check_world(2, -1)
     no_launcher.setenv("TORCHELASTIC_RUN_ID", "none")
     no_launcher.setenv("WORLD_SIZE", "4")
     with pytest.raises(ConfigError, match="pass --rdzv-id"):
@@ -91,6 +97,10 @@ def test_a_launch_whose_process_count_disagrees_with_the_trainer_is_one_line(no_
     no_launcher.setenv("TORCHELASTIC_RUN_ID", "abc")
     assert main(["train", f"run.root={tmp_path}", "trainer.devices=3"]) == 2
     assert not list(tmp_path.iterdir())  # refused before anything is written
+    no_launcher.setenv("LOCAL_WORLD_SIZE", "2")  # torchrun --nnodes 2 --nproc-per-node 2
+    with pytest.raises(ConfigError, match=r"^torchrun started 4 processes on 2 nodes, but trainer.num_nodes=1"):
+        cluster.check_world(1, "auto")
+    cluster.check_world(2, "auto")
 
 
 def fake_scontrol(folder: Path, exit_code: int = 0) -> Path:
@@ -160,6 +170,40 @@ def test_a_preempted_slurm_job_checkpoints_requeues_and_resumes_to_the_uninterru
     assert resumed["history"]["train/loss"] == whole["history"]["train/loss"]
     assert resumed["metrics"]["test/loss"] == whole["metrics"]["test/loss"]
     assert resumed["metrics"]["test/acc"] == whole["metrics"]["test/acc"]
+
+
+@pytest.mark.slow
+def test_a_real_slurm_job_sent_sigusr1_exits_138_requeues_and_its_relaunch_resumes_the_same_wandb_run(tiny, tmp_path):
+    """The whole path as SLURM drives it: a process of job 4343 is sent SIGUSR1 from outside; it saves,
+    calls scontrol, exits 138; the relaunched job (same id) resumes the same run directory and W&B run and
+    ends with the metrics of a run never interrupted."""
+    logged = [*[o for o in tiny if not o.startswith("logger=")], "logger=wandb", "logger.mode=offline", *STEPS,
+              "run.checkpoint_every_n_steps=2"]  # fmt: skip
+    whole = train(compose([*logged, "run.name=whole"]))
+    log = fake_scontrol(tmp_path / "bin")
+    job = _environment({**slurm_task("4343", 0, 1), "PATH": f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}"})
+    command = [sys.executable, "-m", "poslab", "train", *logged]
+    process = subprocess.Popen(command, env=job, stderr=subprocess.PIPE, text=True)
+    runs = tmp_path / "runs" / "vision"
+    deadline = time.time() + 120
+    while not list(runs.glob("*job4343/checkpoints/last.ckpt")) and process.poll() is None and time.time() < deadline:
+        time.sleep(0.02)
+    process.send_signal(signal.SIGUSR1)
+    _, err = process.communicate(timeout=60)
+    assert process.returncode == 138, err
+    assert "checkpoint saved; requeued SLURM job 4343: it resumes this run when it starts again" in err
+    assert log.read_text() == "requeue 4343\n"
+    (run_dir,) = runs.glob("*job4343")
+    wandb_id = json.loads((run_dir / "run.json").read_text())["wandb_id"]
+    relaunched = subprocess.run(command, env={**job, "SLURM_RESTART_COUNT": "1"}, capture_output=True, text=True,
+                                timeout=300)  # fmt: skip
+    assert relaunched.returncode == 0, relaunched.stderr[-2000:]
+    assert f"resuming {run_dir}" in relaunched.stdout
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["metrics"]["test/acc"] == whole["metrics"]["test/acc"]
+    assert summary["metrics"]["test/loss"] == pytest.approx(whole["metrics"]["test/loss"], abs=1e-6)
+    offline = sorted(p.name for p in run_dir.rglob("offline-run-*") if p.is_dir())
+    assert len(offline) == 2 and all(name.endswith(f"-{wandb_id}") for name in offline)  # one W&B run, resumed
 
 
 def _environment(extra: dict[str, str]) -> dict[str, str]:

@@ -121,3 +121,102 @@ def test_a_run_whose_worker_is_killed_is_resumed_by_another(tiny, tmp_path):
     assert f"continuing the interrupted run in {killed}" in survivor.stdout
     assert len(list((tmp_path / "runs" / "vision").glob("*/summary.json"))) == 2
     assert survivor.stdout.count("report: ") == 1
+
+
+@pytest.mark.slow
+def test_two_plain_compares_on_one_root_train_each_run_once_and_one_of_them_reports_all(tiny, tmp_path):
+    """Two `poslab compare` commands (no worker=) started together on one grid: each skips what the other is
+    training, none fails, and exactly one complete report is written, by whichever finishes the grid."""
+    pipes = {"stdout": subprocess.PIPE, "stderr": subprocess.STDOUT, "text": True, "env": _environment()}
+    compares = [subprocess.Popen(_compare(tiny, root=tmp_path), cwd=tmp_path, **pipes) for _ in range(2)]
+    outputs = [c.communicate(timeout=600)[0] for c in compares]
+    assert [c.returncode for c in compares] == [0, 0], outputs
+    text = "\n".join(outputs)
+    assert "Traceback" not in text
+    summaries = list((tmp_path / "runs" / "vision").glob("*/summary.json"))
+    assert len(summaries) == 4
+    trained = [line for line in text.splitlines() if "ETA" in line and "failed" not in line]
+    assert len(trained) == 4, text[-3000:]
+    assert text.count("report: ") == 1, text[-3000:]
+    (report,) = (tmp_path / "reports").rglob("report.md")
+    assert all(
+        f"| `{encoder}` | " in report.read_text() and "(n=2)" in report.read_text() for encoder in ("none", "sincos2d")
+    )
+    assert not list((tmp_path / "runs" / ".grids").glob("*.json"))
+
+
+#: Worker 1 of a grid, slowed down (1.5 s a step) so that worker 0 finishes its share first and waits for it.
+SLOW_WORKER = """
+import sys, time
+from poslab.callbacks import StepTimer
+from poslab.cli import main
+
+real = StepTimer.on_train_batch_end
+def slow(self, *args, **kwargs):
+    time.sleep(1.5)
+    return real(self, *args, **kwargs)
+StepTimer.on_train_batch_end = slow
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.slow
+def test_a_worker_waiting_for_a_run_takes_it_over_when_its_worker_is_killed(tiny, tmp_path):
+    """Both workers running: worker 0 has finished its share and waits for worker 1's run; worker 1 is
+    SIGKILLed; worker 0, polling, finds the claim free and resumes the run from its checkpoint."""
+    slow = ["trainer.max_epochs=4", "trainer.limit_train_batches=4", "run.checkpoint_every_n_steps=2"]
+    command = _compare(tiny, *slow, root=tmp_path, grid=["modality=vision", "encoders=[none,sincos2d]", "seeds=1"])
+    doomed = subprocess.Popen([sys.executable, "-c", SLOW_WORKER, *command[3:], "worker=1/2"], cwd=tmp_path,
+                              env=_environment(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                              start_new_session=True)  # fmt: skip
+    runs = tmp_path / "runs" / "vision"
+    deadline = time.monotonic() + 300
+    while not list(runs.glob("*/checkpoints/last.ckpt")) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    out = tmp_path / "worker0.out"
+    with out.open("w") as sink:
+        survivor = subprocess.Popen([*command, "worker=0/2"], cwd=tmp_path, env=_environment(), stdout=sink,
+                                    stderr=subprocess.STDOUT, text=True)  # fmt: skip
+        while "waiting for 1 run(s)" not in out.read_text() and survivor.poll() is None:
+            time.sleep(0.1)
+        assert doomed.poll() is None, "worker 1 finished before worker 0 waited for it"
+        (killed,) = [
+            p.parents[1] for p in runs.glob("*/checkpoints/last.ckpt") if not (p.parents[1] / "summary.json").exists()
+        ]
+        os.killpg(doomed.pid, signal.SIGKILL)
+        doomed.wait()
+        survivor.wait(timeout=600)
+    text = out.read_text()
+    assert survivor.returncode == 0, text[-3000:]
+    assert f"continuing the interrupted run in {killed}" in text
+    assert len(list(runs.glob("*/summary.json"))) == 2 and text.count("report: ") == 1
+
+
+def test_each_local_worker_gets_its_own_gpu_round_robin(monkeypatch, capsys):
+    """``workers=N`` on a machine with GPUs: worker I sees GPU I mod G only, and torch threads stay as set."""
+    import poslab.workers as workers
+
+    started: list[tuple[list[str], dict[str, str]]] = []
+
+    class Child:
+        def __init__(self, command, env):
+            started.append((command, env))
+
+        def wait(self):
+            return 0
+
+        def poll(self):
+            return 0
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,5")
+    monkeypatch.setattr(workers.subprocess, "Popen", Child)
+    assert workers.run_workers(["modality=vision"], 3) == 0
+    assert [env["CUDA_VISIBLE_DEVICES"] for _, env in started] == ["3", "5", "3"]
+    assert [command[-1] for command, _ in started] == ["worker=0/3", "worker=1/3", "worker=2/3"]
+    assert capsys.readouterr().out.startswith("3 workers on GPUs 3, 5; one grid, one report")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    started.clear()
+    workers.run_workers(["modality=vision"], 2)
+    assert all("CUDA_VISIBLE_DEVICES" not in env or env["CUDA_VISIBLE_DEVICES"] == "" for _, env in started)
+    assert {env["OMP_NUM_THREADS"] for _, env in started} == {str(max(1, (os.cpu_count() or 1) // 2))}

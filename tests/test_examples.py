@@ -15,7 +15,7 @@ from poslab.config import compose
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "slurm"
 #: What SLURM sets for the scripts' variables: a 2-node x 4-GPU job, array task 3.
 SLURM = {"SLURM_JOB_NUM_NODES": "2", "SLURM_NTASKS_PER_NODE": "4", "SLURM_ARRAY_TASK_ID": "3", "RUN_ROOT": "runs",
-         "WORKERS": "8"}  # fmt: skip
+         "WORKERS": "8", "SLURM_ARRAY_TASK_COUNT": "8"}  # fmt: skip
 
 
 def poslab_command(script: Path) -> list[str]:
@@ -30,6 +30,10 @@ def poslab_command(script: Path) -> list[str]:
 def test_the_script_is_valid_shell_asking_for_a_preemption_signal(script):
     assert subprocess.run(["bash", "-n", str(script)], capture_output=True).returncode == 0
     assert "#SBATCH --signal=USR1@90" in script.read_text() and "#SBATCH --requeue" in script.read_text()
+    # without `B:`, SLURM signals the job's steps only: poslab must run as one (srun), not in the batch shell
+    text = script.read_text().replace("\\\n", " ")
+    (line,) = [line for line in text.splitlines() if ".venv/bin/poslab " in line and not line.lstrip().startswith("#")]
+    assert line.lstrip().startswith("srun "), line
 
 
 def test_the_ddp_script_trains_one_run_over_nodes_times_gpus():

@@ -27,6 +27,7 @@ def test_every_experiment_composes_and_its_expectations_parse(name):
         Expectation.parse(text)
 
 
+@pytest.mark.slow
 def test_a_sweep_is_the_comparison_grid_with_the_tasks_metric(capsys):
     """Derived from the experiment and the registry: `all` takes every fitting encoder, a new one with no edit."""
     from poslab.cli import main
@@ -102,6 +103,7 @@ def test_resolution_probe_reports_raw_and_rescaled_accuracy(tiny):
     assert [r[:2] for r in rows] == [[56, "raw"], [56, "rescaled"]]
 
 
+@pytest.mark.slow
 def test_a_sweep_file_loads_as_wandb_loads_it_and_its_command_runs_without_an_activated_venv(tmp_path, capsys):
     """What ``wandb sweep`` reads (its own loader), and the command its agent builds: the macro replaced by
     one grid point's ``key=value`` arguments, run with no venv on PATH."""

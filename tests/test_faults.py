@@ -3,7 +3,9 @@ corrupt run files, a longer schedule on resume, two comparisons on one root, W&B
 
 from __future__ import annotations
 
+import re
 import shutil
+import signal
 from pathlib import Path
 
 import pytest
@@ -11,7 +13,7 @@ import torch
 
 from poslab.cli import main
 from poslab.config import compose
-from poslab.errors import DataError
+from poslab.errors import DataError, RunInterrupted
 from poslab.resume import resumed_config
 from poslab.rundir import DIGEST_SUFFIX, verify_digest
 from poslab.train import train
@@ -94,6 +96,94 @@ def test_raising_the_length_on_resume_continues_on_the_longer_schedule(tiny, mon
     assert resumed["metrics"]["test/acc"] >= 0
 
 
+def test_raising_max_steps_on_resume_continues_on_the_longer_schedule(tiny, monkeypatch):
+    from tests.test_resume import sigterm_at
+
+    overrides = [*tiny, "trainer.max_epochs=-1", "trainer.max_steps=6", "run.name=steps"]
+    sigterm_at(monkeypatch, 2)
+    with pytest.raises(RunInterrupted):
+        train(compose(overrides))
+    monkeypatch.undo()
+    run_dir = Path(next(o for o in tiny if o.startswith("run.root=")).split("=", 1)[1]) / "vision" / "steps"
+    resume([*overrides, "trainer.max_steps=10"], run_dir)
+    last = torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=False)
+    (schedule,) = last["lr_schedulers"]
+    assert last["global_step"] == 10 and schedule["total_steps"] == 10 and schedule["last_epoch"] == 10
+
+
+def test_a_resumed_run_verifies_the_best_checkpoint_it_tests(tiny, monkeypatch, capsys):
+    """Interrupted while testing, then best.ckpt changed on disk: the resume refuses it in one line."""
+    from poslab.tasks.classification import Classifier
+    from tests.test_interrupts import signal_in
+
+    overrides = [*tiny, "run.name=tested"]
+    signal_in(monkeypatch, Classifier, "test_step", signal.SIGTERM)
+    with pytest.raises(RunInterrupted):
+        train(compose(overrides))
+    monkeypatch.undo()
+    run_dir = Path(next(o for o in tiny if o.startswith("run.root=")).split("=", 1)[1]) / "vision" / "tested"
+    best = run_dir / "checkpoints" / "best.ckpt"
+    data = bytearray(best.read_bytes())
+    data[-100] ^= 0xFF
+    best.write_bytes(bytes(data))
+    capsys.readouterr()
+    assert main(["train", *overrides, f"resume={run_dir}"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "best.ckpt" in err and "does not match the SHA-256" in err
+    assert not (run_dir / "summary.json").exists()
+
+
+@pytest.mark.parametrize("epochs", [1, 2])  # 1: last.ckpt predates every validation, and so the best
+def test_a_run_resumed_after_its_fit_tests_the_best_checkpoint_and_keeps_the_fits_metrics(tiny, monkeypatch, epochs):
+    """last.ckpt is saved before the last validation: the resumed run still tests best.ckpt (not the weights
+    it loaded) and reports the finished fit's val/* and best score, as the uninterrupted run does."""
+    import lightning as L
+
+    from poslab.tasks.classification import Classifier
+    from tests.test_interrupts import signal_in
+
+    whole = train(compose([*tiny, f"trainer.max_epochs={epochs}", "run.name=whole"]))
+    overrides = [*tiny, f"trainer.max_epochs={epochs}", "run.name=tested"]
+    signal_in(monkeypatch, Classifier, "test_step", signal.SIGTERM)
+    with pytest.raises(RunInterrupted):
+        train(compose(overrides))
+    monkeypatch.undo()
+    run_dir = Path(whole["run_dir"]).parent / "tested"
+    tested, real_test = [], L.Trainer.test
+
+    def spy(self, *args, **kwargs):
+        tested.append(kwargs.get("ckpt_path"))
+        return real_test(self, *args, **kwargs)
+
+    monkeypatch.setattr(L.Trainer, "test", spy)
+    resumed = resume(overrides, run_dir)
+    assert tested[0] == str(run_dir / "checkpoints" / "best.ckpt")
+    assert resumed["metrics"] == pytest.approx(
+        whole["metrics"] | {"perf/train_step_ms": resumed["metrics"]["perf/train_step_ms"]}
+    )
+
+
+def test_a_copy_beside_its_original_resumes_twice_into_its_own_files(tiny, monkeypatch, tmp_path):
+    """`cp -a` with the original left in place: the copy, interrupted again and resumed again, writes only its
+    own best.ckpt / last.ckpt; the original is untouched."""
+    from tests.test_resume import sigterm_at
+
+    whole = train(compose([*tiny, *STEPS, "run.name=whole"]))
+    overrides, run_dir = cut_at_step_2(tiny, monkeypatch)
+    before = {p.name: p.read_bytes() for p in (run_dir / "checkpoints").iterdir()}
+    copy = tmp_path / "elsewhere" / "vision" / "cut"
+    shutil.copytree(run_dir, copy, symlinks=True)
+    sigterm_at(monkeypatch, 5)
+    with pytest.raises(RunInterrupted):
+        resume(overrides, copy)
+    monkeypatch.undo()
+    resumed = resume(overrides, copy)
+    assert sorted(p.name for p in (copy / "checkpoints").glob("*.ckpt")) == ["best.ckpt", "last.ckpt"]
+    assert resumed["metrics"]["test/acc"] == whole["metrics"]["test/acc"]
+    assert {p.name: p.read_bytes() for p in (run_dir / "checkpoints").iterdir()} == before
+    assert not (run_dir / "summary.json").exists()
+
+
 @pytest.mark.parametrize(
     ("file", "content", "message"),
     [
@@ -127,6 +217,8 @@ def test_a_second_compare_skips_the_run_the_first_is_training(tiny, tmp_path):
         result = compare("vision", ["none"], 1, tiny, tmp_path / "reports", echo=lines.append)
         assert [o.status for o in result["outcomes"]] == ["skipped"]
         assert "in use by another poslab process, skipped" in lines[0]
+        assert result["report"] is None  # the comparison training it reports the whole grid
+        assert "in use by another process; the comparison that trains them writes the report" in lines[-1]
 
 
 def test_the_report_run_follows_the_runs_offline_when_wandb_is_unreachable(tiny, tmp_path, monkeypatch):
@@ -190,6 +282,73 @@ def test_a_full_disk_when_the_summary_is_written_is_one_line_and_leaves_no_summa
     assert not (run_dir / "summary.json").exists() and (run_dir / "checkpoints" / "last.ckpt").exists()
 
 
+def test_a_full_disk_when_a_checkpoint_is_saved_is_one_line_and_keeps_the_last_good_one(tiny, monkeypatch, capsys):
+    """The second save of last.ckpt hits ENOSPC: one line naming it, and the first last.ckpt still verifies."""
+    import errno
+
+    import poslab.rundir as rundir
+
+    real, saves = rundir._write_atomic, []
+
+    def full_on_second_save(path, data):
+        if Path(path).name == "last.ckpt":
+            saves.append(path)
+            if len(saves) == 2:
+                raise OSError(errno.ENOSPC, "No space left on device", str(path))
+        return real(path, data)
+
+    monkeypatch.setattr(rundir, "_write_atomic", full_on_second_save)
+    args = ["train", *tiny, "run.name=full", "trainer.max_epochs=2", "run.checkpoint_every_n_steps=1"]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    run_dir = Path(next(o for o in tiny if o.startswith("run.root=")).split("=", 1)[1]) / "vision" / "full"
+    last = run_dir / "checkpoints" / "last.ckpt"
+    assert err == f"poslab: error: cannot write {last}: no space left on the device\n"
+    verify_digest(last)  # the first save, whole
+    assert not (run_dir / "summary.json").exists()
+    assert not list(last.parent.glob(".*.tmp"))  # no half-written file left behind
+
+
+def test_an_os_error_of_any_kind_is_one_line_with_the_path_and_the_systems_words(tiny, monkeypatch, capsys):
+    import errno
+
+    import poslab.rundir as rundir
+
+    real = rundir._write_atomic
+
+    def failing_disk(path, data):
+        if Path(path).name == "summary.json":
+            raise OSError(errno.EIO, "Input/output error", str(path))
+        return real(path, data)
+
+    monkeypatch.setattr(rundir, "_write_atomic", failing_disk)
+    assert main(["train", *tiny, "run.name=eio"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("poslab: error: cannot use ") and err.endswith("summary.json: input/output error\n")
+
+
+def test_a_compare_run_that_meets_a_fault_is_one_line_not_a_traceback(tiny, tmp_path, monkeypatch, capsys):
+    """A faulty run in a grid is reported in a line (the others go on); tracebacks are for bugs only."""
+    import errno
+
+    import poslab.rundir as rundir
+    from poslab.compare import compare
+
+    real = rundir._write_atomic
+
+    def full(path, data):
+        if Path(path).name == "summary.json" and "/none-" in str(path):
+            raise OSError(errno.ENOSPC, "No space left on device", str(path))
+        return real(path, data)
+
+    monkeypatch.setattr(rundir, "_write_atomic", full)
+    lines: list[str] = []
+    result = compare("vision", ["none", "learned2d"], 1, tiny, tmp_path / "reports", echo=lines.append)
+    assert [o.status for o in result["outcomes"]] == ["failed", "trained"]
+    assert "no space left on the device" in result["outcomes"][0].error
+    assert "Traceback" not in capsys.readouterr().err
+
+
 def test_a_read_only_run_root_is_one_line(tiny, monkeypatch, capsys, tmp_path):
     """Simulated (root writes into read-only folders): the run directory cannot be made."""
     import errno
@@ -216,12 +375,47 @@ def test_a_file_where_a_folder_should_be_is_one_line(tiny, capsys, tmp_path, key
     assert err.count("\n") == 1 and err.endswith("a file stands where a folder should be\n") and str(blocker) in err
 
 
-def test_a_model_too_large_for_memory_is_one_line_before_anything_is_written(tiny, capsys):
+def test_a_model_too_large_for_memory_is_one_line_before_anything_is_allocated(tiny, capsys, monkeypatch):
+    """Counted on the meta device: no tensor of the model is made (an allocation would fail, or be granted by
+    an overcommitting kernel and killed later)."""
     run_root = Path(next(o for o in tiny if o.startswith("run.root=")).split("=", 1)[1])
-    assert main(["train", *tiny, "model.dim=65536"]) == 2  # the largest allowed: 64 GiB for one MLP matrix
+    import poslab.train
+
+    real_build = poslab.train.build_task
+
+    def only_on_meta(*args, **kwargs):
+        assert torch.get_default_device().type == "meta", "the model was built in memory"
+        return real_build(*args, **kwargs)
+
+    monkeypatch.setattr(poslab.train, "build_task", only_on_meta)
+    assert main(["train", *tiny, "model.dim=65536"]) == 2  # the largest allowed width
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "do not fit in this machine's memory (one allocation asked for" in err
-    assert "GiB" in err and not (run_root / "vision").exists()
+    assert err.count("\n") == 1 and "the model does not fit in this machine's memory" in err
+    count = int(re.search(r"([\d,]+) parameters", err).group(1).replace(",", ""))
+    assert count > 65536**2  # at least one dim x dim matrix
+    assert f"{count * 16 / 2**30:.1f} GiB for weights, gradients and optimiser moments" in err
+    assert not (run_root / "vision").exists()
+
+
+def test_the_memory_count_is_the_models_own_and_refuses_what_the_machine_lacks(tiny, capsys, monkeypatch):
+    from poslab import memory
+    from poslab.data import build_datamodule
+    from poslab.tasks import build_task
+
+    cfg = compose(tiny)
+    datamodule = build_datamodule(cfg)
+    datamodule.prepare_data()
+    datamodule.setup("fit")
+    built = build_task(cfg, datamodule)
+    assert memory.counted_parameters(lambda: build_task(cfg, datamodule)) == sum(p.numel() for p in built.parameters())
+    needed = sum(p.numel() for p in built.parameters()) * 16
+    monkeypatch.setattr(memory, "available_bytes", lambda accelerator: needed - 1)
+    run_root = Path(cfg.run.root)
+    assert main(["train", *tiny]) == 2
+    assert "does not fit in this machine's memory" in capsys.readouterr().err
+    assert not (run_root / "vision").exists()
+    monkeypatch.setattr(memory, "available_bytes", lambda accelerator: needed)
+    assert main(["train", *tiny]) == 0
 
 
 @pytest.mark.parametrize(
@@ -230,11 +424,48 @@ def test_a_model_too_large_for_memory_is_one_line_before_anything_is_written(tin
         ("trainer.max_epochs=0", "'trainer.max_epochs' must be >= 1 or -1, got 0"),
         ("trainer.max_steps=0", "'trainer.max_steps' must be >= 1 or -1, got 0"),
         ("data.split_seed=-3", "'data.split_seed' must be in [0, 4,294,967,295], got -3"),
+        ("trainer.min_epochs=5 trainer.max_epochs=2", "trainer.min_epochs (5) must not exceed trainer.max_epochs (2)"),
+        ("trainer.min_steps=9 trainer.max_steps=3", "trainer.min_steps (9) must not exceed trainer.max_steps (3)"),
+        ("optim.name=sgd optim.dampening=-5", "'optim.dampening' must be in [0, 1], got -5.0"),
+        ("optim.name=rmsprop optim.centered=true optim.alpha=-3", "'optim.alpha' must be >= 0, got -3.0"),
+        ("optim.name=sgd optim.nesterov=true", "optim.name=sgd refuses its options: Nesterov momentum requires"),
+        ("optim.name=adamax optim.betas=[0.9,1.5]", "'optim.betas' must be in [0, 1), got 1.5"),
+        ("optim.name=radam optim.decoupled_weight_decay=true optim.weight_decay=-1", "'optim.weight_decay'"),
     ],
 )
 def test_values_that_would_run_wrongly_are_refused(tiny, capsys, override, message):
-    assert main(["train", *tiny, override]) == 2
-    assert message in capsys.readouterr().err
+    run_root = Path(next(o for o in tiny if o.startswith("run.root=")).split("=", 1)[1])
+    assert main(["train", *tiny, *override.split()]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1
+    assert not run_root.exists() or not any(run_root.iterdir())
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("encoder.scaling.factor=-2", "'encoder.scaling.factor' must be >= 1, got -2.0"),
+        ("encoder.scaling.factor=0.5", "'encoder.scaling.factor' must be >= 1, got 0.5"),
+        ("encoder.scaling.beta_fast=0", "'encoder.scaling.beta_fast' must be > 0, got 0"),
+        ("encoder.scaling.beta_fast=0.5", "beta_fast (0.5) must be above beta_slow (1)"),
+        ("encoder.scaling.high_freq_factor=0.5", "high_freq_factor (0.5) must be above low_freq_factor (1)"),
+        ("encoder.scaling.long_factor=[1.0,-1.0]", "'encoder.scaling.long_factor' must be > 0, got -1.0"),
+        ("encoder.scaling.attention_factor=0", "'encoder.scaling.attention_factor' must be > 0, got 0"),
+        ("encoder.scaling.original_max_len=0", "'encoder.scaling.original_max_len' must be >= 1, got 0"),
+    ],
+)
+def test_rope_scaling_values_that_would_run_wrongly_are_refused(tiny_text, capsys, override, message):
+    run_root = Path(next(o for o in tiny_text if o.startswith("run.root=")).split("=", 1)[1])
+    args = ["train", *tiny_text, "encoder=rope", "encoder.scaling.type=yarn", "encoder.scaling.factor=2", override]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1
+    assert not run_root.exists() or not any(run_root.iterdir())
+
+
+def test_a_patch_longer_than_the_lookback_is_one_line(tiny_ts, capsys):
+    assert main(["train", *tiny_ts, "model.layout=patch", "model.patch_len=64", "data.lookback=32"]) == 2
+    assert "model.patch_len (64) must not exceed data.lookback (32)" in capsys.readouterr().err
 
 
 def test_a_negative_ridge_penalty_is_refused(tiny_ts, capsys):

@@ -15,6 +15,7 @@ def test_without_cuda_it_is_one_line_and_exit_2(capsys):
     assert err.count("\n") == 1 and "no CUDA device is present" in err and "--dry-run" in err
 
 
+@pytest.mark.slow
 def test_dry_run_prints_one_table_of_the_checks(capsys):
     assert gpu_check.main(["--dry-run", "--only", "flex", "speed", "memory"]) == 0
     out = capsys.readouterr().out

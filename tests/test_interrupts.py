@@ -156,3 +156,113 @@ def test_a_signal_inside_a_handler_for_failures_is_still_an_interrupt(tiny, monk
     monkeypatch.chdir(tmp_path)
     assert main(["compare", "modality=vision", "encoders=[none]", "seeds=1", *tiny]) == 143
     assert "interrupted by SIGTERM between runs; rerun the same `poslab compare`" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("number", [signal.SIGINT, signal.SIGTERM, signal.SIGUSR1], ids=lambda n: n.name)
+@pytest.mark.parametrize("command", ["report", "list", "train --print-config", "compare modality=vision seeds=1"])
+def test_every_command_ends_on_a_signal_with_its_code_and_one_line(
+    tiny, monkeypatch, tmp_path, capsys, command, number
+):
+    """Composing a config, drawing a report, listing: the same path as a run, 128 + signal and one line."""
+    import poslab.cli
+    import poslab.compare
+    import poslab.config
+
+    def signalled(*args, **kwargs):
+        os.kill(os.getpid(), number)
+        time.sleep(5)  # the handler raises at once: the sleep never ends
+        raise AssertionError("the signal did not stop the command")
+
+    patched = {
+        "report": (poslab.cli, "build_report"),
+        "list": (poslab.cli, "_list"),
+        "compare": (poslab.compare, "plan"),
+    }
+    owner, name = patched.get(command.split()[0], (poslab.config, "compose"))
+    monkeypatch.setattr(owner, name, signalled)
+    monkeypatch.chdir(tmp_path)
+    args = {"report": ["report", str(tmp_path)], "list": ["list"]}.get(command, command.split() + tiny)
+    started = time.perf_counter()
+    assert main(args) == 128 + number
+    assert time.perf_counter() - started < 5
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"interrupted by {number.name}" in err and "Traceback" not in err
+    assert not (tmp_path / "reports").exists()
+
+
+#: Run in a child: the text run, with the phase it is signalled in made observable (a marker file) and long.
+CHILD = """
+import pathlib, sys, time
+import poslab.evaluation.probes as probes
+import poslab.modalities.text.lengen as lengen
+from poslab.cli import main
+
+marker, phase = pathlib.Path(sys.argv[1]), sys.argv[2]
+if phase == "search":
+    real = lengen.searched_extension
+    def slow_search(*args, **kwargs):
+        marker.touch()
+        return real(*args, **kwargs)
+    lengen.searched_extension = slow_search
+    real_measure = lengen.encoder_swapped
+    def slow_swap(*args, **kwargs):
+        time.sleep(0.2)
+        return real_measure(*args, **kwargs)
+    lengen.encoder_swapped = slow_swap
+else:
+    real_step = probes.ProbePass.test_step
+    def slow_step(self, *args, **kwargs):
+        marker.touch()
+        time.sleep(0.2)
+        return real_step(self, *args, **kwargs)
+    probes.ProbePass.test_step = slow_step
+sys.exit(main(["train", *sys.argv[3:]]))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("number", [signal.SIGINT, signal.SIGTERM, signal.SIGUSR1], ids=lambda n: n.name)
+@pytest.mark.parametrize("phase", ["probe", "search"])
+def test_a_real_text_run_signalled_in_its_length_study_stops_within_10_s_and_resumes_exactly(
+    tiny_text, tmp_path, phase, number
+):
+    """The end-of-run length study (its probes, LongRoPE's search) ends within 10 s of the signal with its
+    code and line, writes no summary, and the resumed run ends with the uninterrupted run's metrics."""
+    study = [
+        *tiny_text,
+        "encoder=rope",
+        "eval.multiples=[1,2]",
+        "eval.rope_scaling=[longrope]",
+        "eval.search_population=4",
+        "eval.search_generations=8",
+        "eval.search_tokens=64",
+    ]
+    whole = train(compose([*study, "run.name=whole"]))
+    cut = [*study, "run.name=cut"]
+    run_dir = Path(whole["run_dir"]).parent / "cut"
+    marker = tmp_path / "in-phase"
+    child = [sys.executable, "-c", CHILD, str(marker), phase, *cut]
+    process = subprocess.Popen(child, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    while not marker.exists() and process.poll() is None and time.time() < deadline:
+        time.sleep(0.02)
+    assert marker.exists(), process.communicate()[1]
+    signalled = time.perf_counter()
+    process.send_signal(number)
+    _, err = process.communicate(timeout=60)
+    assert time.perf_counter() - signalled <= 10
+    assert process.returncode == 128 + number, err
+    lines = [line for line in err.splitlines() if line.startswith("poslab:")]
+    assert len(lines) == 1 and f"interrupted by {number.name} after training" in lines[0] and "resume=" in lines[0]
+    assert "Traceback" not in err
+    assert not (run_dir / "summary.json").exists()
+    assert main(["train", *cut, f"resume={run_dir}"]) == 0
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert sorted(summary["metrics"]) == sorted(whole["metrics"]), set(whole["metrics"]) ^ set(summary["metrics"])
+    timed = {k for k in whole["metrics"] if k.startswith("perf/")}  # a clock, not a result
+    differ = {
+        k: (v, whole["metrics"][k])
+        for k, v in summary["metrics"].items()
+        if k not in timed and v != whole["metrics"][k]
+    }
+    assert not differ

@@ -70,3 +70,76 @@ def test_an_unknown_locking_mode_is_one_line(tmp_path, monkeypatch):
     ):
         with exclusive(tmp_path):
             pass
+
+
+def test_a_lock_file_of_another_host_whose_heartbeat_stopped_is_taken_over(tmp_path, monkeypatch):
+    """A dead node cannot be asked: its holder stops touching the file, and after STALE_S it is free."""
+    monkeypatch.setenv("POSLAB_LOCKS", "files")
+    held = tmp_path / locks.HELD
+    held.write_text("node017 4242\n")
+    old = held.stat().st_mtime - locks.STALE_S - 1
+    os.utime(held, (old, old))
+    assert not in_use(tmp_path)
+    with exclusive(tmp_path):
+        assert held.read_text().split() == [socket.gethostname(), str(os.getpid())]
+
+
+def test_the_holder_touches_its_lock_file_while_it_holds_it(tmp_path, monkeypatch):
+    import time
+
+    monkeypatch.setenv("POSLAB_LOCKS", "files")
+    monkeypatch.setattr(locks, "HEARTBEAT_S", 0.05)
+    held = tmp_path / locks.HELD
+    with exclusive(tmp_path):
+        old = held.stat().st_mtime - 100
+        os.utime(held, (old, old))
+        time.sleep(0.3)
+        assert held.stat().st_mtime > old + 50
+
+
+def test_of_two_processes_finding_one_stale_holder_only_one_takes_it(tmp_path, monkeypatch):
+    """The second reads the stale holder before the first replaces it; it must not remove the new holder."""
+    monkeypatch.setenv("POSLAB_LOCKS", "files")
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    stale = (socket.gethostname(), int(gone.stdout))
+    held = tmp_path / locks.HELD
+    held.write_text(f"{stale[0]} {stale[1]}\n")
+    with exclusive(tmp_path):  # the first took it over
+        locks._take_over(tmp_path, stale)  # the second, acting on what it read before
+        assert held.read_text().split() == [socket.gethostname(), str(os.getpid())]
+        (tmp_path / locks.STEAL).write_text("")  # a takeover in progress elsewhere: this one stands back
+        locks._take_over(tmp_path, (socket.gethostname(), os.getpid()))
+        assert held.exists()
+    assert not held.exists()
+
+
+def test_a_lock_file_replaced_by_another_holder_is_not_removed_by_the_old_one(tmp_path, monkeypatch):
+    monkeypatch.setenv("POSLAB_LOCKS", "files")
+    held = tmp_path / locks.HELD
+    with exclusive(tmp_path):
+        held.write_text("node017 4242\n")  # taken over by another node meanwhile
+    assert held.read_text() == "node017 4242\n"
+
+
+@pytest.mark.parametrize("mode", locks.MODES)
+def test_a_run_root_that_cannot_be_locked_is_one_line(tmp_path, monkeypatch, mode):
+    import fcntl
+
+    monkeypatch.setenv("POSLAB_LOCKS", mode)
+    real_open = os.open
+
+    def stale(path, flags, *args):
+        if str(path).endswith(locks.HELD):
+            raise OSError(errno.ESTALE, "Stale file handle", str(path))
+        return real_open(path, flags, *args)
+
+    def failing(fd, operation):
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(fcntl, "flock", failing)
+    monkeypatch.setattr(os, "open", stale)
+    target = ".lock" if mode == "flock" else locks.HELD
+    cause = "input/output error" if mode == "flock" else "stale file handle"
+    with pytest.raises(ConfigError, match=rf"^cannot lock {tmp_path / target}: {cause}; the run root must allow"):
+        with exclusive(tmp_path):
+            pass

@@ -89,6 +89,7 @@ def poslab(site: Path, *argv: str, cwd: Path) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "poslab", *argv], cwd=cwd, env=env, capture_output=True, text=True)
 
 
+@pytest.mark.slow
 def test_an_installed_plugin_adds_its_encoder_modality_and_dataset(site, tmp_path):
     listed = poslab(site, "list", cwd=tmp_path)
     assert listed.returncode == 0, listed.stderr
@@ -129,6 +130,7 @@ def test_a_user_config_folder_overlays_the_packaged_configs(tmp_path, monkeypatc
     assert compose(["modality=text"]).encoder.name == "rope"  # the packaged modality YAML still applies
 
 
+@pytest.mark.slow
 def test_an_installed_plugin_leaves_the_project_docs_as_they_are(site, tmp_path):
     """The docs describe the project; a plugin's encoder, modality and dataset are its own docs' to list."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), str(ROOT / "src")])}

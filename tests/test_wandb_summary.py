@@ -141,6 +141,7 @@ def test_the_text_length_curve_is_logged_against_the_length(request, monkeypatch
     assert "lengen/curve/loss" not in offline.summary  # the curve's points are columns already (@1x, @2x)
 
 
+@pytest.mark.slow
 def test_a_run_prints_its_own_lines_and_only_warnings_from_wandb(tmp_path, data_root):
     """No banner, no offline hints, no `wandb leet`, no history footer, no deprecation warning about
     Lightning's ``anonymous`` argument: the run's last lines are its own."""

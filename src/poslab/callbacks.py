@@ -7,6 +7,7 @@ A :class:`Reporter` fills ``self.report`` (``metrics``, ``tables``,
 
 from __future__ import annotations
 
+import json
 import statistics
 import time
 from collections import deque
@@ -23,6 +24,7 @@ from poslab.data.resumable import ResumableLoader
 from poslab.errors import NonFiniteLoss
 from poslab.evaluation.probes import RunReport
 from poslab.evaluation.similarity import position_similarity
+from poslab.rundir import write_json_atomic
 
 
 class Reporter(RunReport, L.Callback):
@@ -186,7 +188,46 @@ class EncoderFigure(Reporter):
         self._draw(trainer, pl_module)
 
 
-class StepTimer(Reporter):
+class FitMetrics(L.Callback):
+    """The finished fit's last logged scalars (``train/loss``, ``val/*``), its best score and best checkpoint,
+    kept in ``checkpoints/fit.json`` when the fit ends.
+
+    ``last.ckpt`` is saved at a step's end, before that step's validation, and a checkpoint saved after the fit
+    would mark its epoch complete (a longer resumed run would start a new epoch). A run interrupted while
+    testing resumes with no step to take, so nothing logs these again: they are read back from here, for the
+    step they were recorded at only."""
+
+    def __init__(self, path: Path, best: ModelCheckpoint) -> None:
+        super().__init__()
+        self.path, self.best, self._stepped = Path(path), best, False
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        self._stepped = True
+
+    def on_train_end(self, trainer, pl_module) -> None:
+        if not trainer.is_global_zero or not self._stepped:  # a resumed fit with no step left keeps the record
+            return
+        scalars = {k: float(v) for k, v in trainer.callback_metrics.items() if getattr(v, "numel", lambda: 1)() == 1}
+        score = self.best.best_model_score
+        record = {
+            "global_step": trainer.global_step,
+            "metrics": scalars,
+            "best_score": None if score is None else float(score),
+            # beside this file: the run directory may move
+            "best_checkpoint": Path(self.best.best_model_path).name if self.best.best_model_path else None,
+        }
+        write_json_atomic(self.path, record)
+
+    def recorded(self, global_step: int) -> dict | None:
+        """What the fit recorded when it ended at ``global_step`` (None: it ended elsewhere, or not yet)."""
+        try:
+            record = json.loads(self.path.read_text())
+        except (OSError, ValueError):
+            return None
+        return record if record.get("global_step") == global_step else None
+
+
+class StepTimer(ResumedByFit, Reporter):
     """Median time of a training step, in ms, from the batch on the device to the step's end.
 
     On the CPU, the host's wall time. On CUDA the host runs ahead of the device (it waits only where a value
@@ -229,9 +270,21 @@ class StepTimer(Reporter):
             self._events[-1][1].synchronize()  # the last step's end: every earlier event has been reached
             while self._events:
                 self._read_first()
+        self._publish()
+
+    def _publish(self) -> None:
         times = self._times[self.warmup_steps :] or self._times
         if times:
             self.report["metrics"]["perf/train_step_ms"] = 1000 * statistics.median(times)
+
+    def state_dict(self) -> dict:
+        return {"times": list(self._times)}
+
+    def restore(self, state_dict: dict) -> None:
+        """A resumed run's median covers the steps before the interruption too (and, resumed after its last
+        step, they are all it has)."""
+        self._times = list(state_dict.get("times", []))
+        self._publish()
 
 
 class History(ResumedByFit, Reporter):

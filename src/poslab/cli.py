@@ -7,14 +7,13 @@ commands that need them, so ``poslab --help`` answers at once.
 from __future__ import annotations
 
 import argparse
-import errno
 import sys
 from collections.abc import Sequence
 
-from poslab import denormals
+from poslab import denormals, interrupts
 from poslab.bench import main as bench_main
 from poslab.dashboard import main as dashboard_main
-from poslab.errors import PoslabError, RunInterrupted, first_line
+from poslab.errors import ConfigError, PoslabError, RunInterrupted, os_error_line
 from poslab.grid import parse_worker
 from poslab.report import build_report
 from poslab.scaffold import main as new_main
@@ -40,19 +39,6 @@ examples:
   poslab bench --lengths 256 1024 2048          encoder step time / memory vs none
   poslab show rope layout=interleaved --json     what an encoder does to positions: PNG + numbers
 """
-
-
-#: What the machine's file system can refuse (a full disk, a read-only mount, a file where a folder should be):
-#: one line naming the path and the cause.
-FILESYSTEM_ERRORS = {
-    errno.ENOSPC: "no space left on the device",
-    errno.EDQUOT: "disk quota exceeded",
-    errno.EROFS: "read-only file system",
-    errno.ENOTDIR: "a file stands where a folder should be",
-    errno.EEXIST: "a file stands where a folder should be",
-    errno.EISDIR: "a folder stands where a file should be",
-    errno.EACCES: "permission denied",
-}
 
 
 def lightning_cli_form(arg: str) -> str:
@@ -101,50 +87,52 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    argv = [lightning_cli_form(a) for a in (sys.argv[1:] if argv is None else argv)]
-    if argv[:1] == ["bench"]:
-        return bench_main(argv[1:])
-    if argv[:1] == ["show"]:
-        from poslab.show import main as show_main
+#: Hydra's multirun flags, and poslab's ways of running many configs.
+MULTIRUN = ("-m", "--multirun")
+MULTIRUN_LINE = (
+    "-m / --multirun is Hydra's sweep; poslab runs a grid with `poslab compare modality=M [encoders=[a,b]] "
+    "[seeds=N]` (one report), or a W&B sweep with `poslab sweep`"
+)
 
-        return show_main(argv[1:])
-    if argv[:1] == ["sweep"]:
-        return sweep_main(argv[1:])
-    if argv[:1] == ["dashboard"]:
-        return dashboard_main(argv[1:])
-    if argv[:1] == ["new"]:
-        return new_main(argv[1:])
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if args.command is None:
-        parser.print_help()
-        return 0
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Every command runs under the one interrupt path (:mod:`poslab.interrupts`): a signal from the first line
+    of composing to the last line of a report ends it with its line and exit 128 + signal."""
+    argv = [lightning_cli_form(a) for a in (sys.argv[1:] if argv is None else argv)]
     try:
-        commands = {"train": _train, "eval": _eval, "compare": _compare, "report": _report_cmd}
-        commands |= {"list": _list}
-        return commands[args.command](args)
+        with interrupts.handled():
+            return _dispatch(argv)
     except RunInterrupted as exc:
         print(f"poslab: {exc}", file=sys.stderr)
         return exc.exit_code
     except PoslabError as exc:
         print(f"poslab: error: {exc}", file=sys.stderr)
         return 2
-    except PermissionError as exc:  # a read-only run.root / data.root: the path, not a traceback
-        if exc.filename is None:  # a library's own message (W&B's names the folder and what to set)
-            print(f"poslab: error: {first_line(exc)}", file=sys.stderr)
-        else:
-            print(f"poslab: error: cannot write {exc.filename}: permission denied", file=sys.stderr)
-        return 2
-    except OSError as exc:
-        if exc.errno not in FILESYSTEM_ERRORS:
-            raise
-        path = exc.filename or "a file"
-        print(f"poslab: error: cannot write {path}: {FILESYSTEM_ERRORS[exc.errno]}", file=sys.stderr)
+    except OSError as exc:  # a full disk, a read-only mount, a file where a folder should be: path and cause
+        print(f"poslab: error: {os_error_line(exc)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("poslab: interrupted", file=sys.stderr)
         return 130
+
+
+def _dispatch(argv: list[str]) -> int:
+    plugin_mains = {"bench": bench_main, "sweep": sweep_main, "dashboard": dashboard_main, "new": new_main}
+    if argv[:1] == ["show"]:
+        from poslab.show import main as show_main
+
+        return show_main(argv[1:])
+    if argv[:1] and argv[0] in plugin_mains:
+        return plugin_mains[argv[0]](argv[1:])
+    if argv[:1] in (["train"], ["compare"], ["eval"]) and any(a in MULTIRUN for a in argv[1:]):
+        raise ConfigError(MULTIRUN_LINE)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 0
+    commands = {"train": _train, "eval": _eval, "compare": _compare, "report": _report_cmd, "list": _list}
+    return commands[args.command](args)
 
 
 def _train(args: argparse.Namespace) -> int:

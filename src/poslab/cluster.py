@@ -95,19 +95,36 @@ def check_world(num_nodes: int, devices: object) -> None:
     """A launcher's process count against ``trainer.num_nodes × trainer.devices``: Lightning would hang or
     fail deep in its setup when they disagree; here it is one line."""
     launch = current()
-    if launch.kind == "local" or not isinstance(devices, int) or isinstance(devices, bool) or devices < 1:
-        return  # one process, or devices "auto" / -1 (all visible): Lightning counts them
+    if launch.kind == "local":
+        return
     if launch.kind == "torchrun" and launch.job in ("", "none"):
         raise ConfigError(
             "torchrun gave no run id shared by every node (TORCHELASTIC_RUN_ID=none): pass --rdzv-id (or "
             "--standalone on one node), or give every process the same run.name"
         )
+    nodes = launch_nodes(launch)
+    if nodes is not None and nodes != num_nodes:  # whatever trainer.devices says ("auto", -1: all visible)
+        raise ConfigError(
+            f"{launch.kind} started {launch.world} processes on {nodes} nodes, but trainer.num_nodes={num_nodes}: "
+            f"set trainer.num_nodes={nodes}"
+        )
+    if not isinstance(devices, int) or isinstance(devices, bool) or devices < 1:
+        return  # devices "auto" / -1 (all visible): Lightning counts them
     if num_nodes * devices != launch.world:
         raise ConfigError(
             f"{launch.kind} started {launch.world} processes, but trainer.num_nodes={num_nodes} x "
             f"trainer.devices={devices} = {num_nodes * devices}: set trainer.devices to the processes per node "
             "and trainer.num_nodes to the nodes"
         )
+
+
+def launch_nodes(launch: Launch) -> int | None:
+    """The nodes a launcher started processes on: SLURM's ``SLURM_JOB_NUM_NODES``, torchrun's world size over
+    its ``LOCAL_WORLD_SIZE`` (processes per node); None where the launcher does not say."""
+    if launch.kind == "slurm":
+        return _int("SLURM_JOB_NUM_NODES") or _int("SLURM_NNODES") or None
+    local = _int("LOCAL_WORLD_SIZE")
+    return launch.world // local if local and launch.world % local == 0 else None
 
 
 def requeue(job: str) -> str:

@@ -23,7 +23,7 @@ from typing import Any
 
 from poslab import interrupts
 from poslab.config import ALL_ENCODERS, compose, config_hash, to_dict
-from poslab.errors import ConfigError, RunInterrupted, first_line
+from poslab.errors import ConfigError, PoslabError, RunInterrupted, first_line, os_error_line
 from poslab.grid import SharedGrid
 from poslab.plugins import get_modality
 from poslab.report import build_report, check_expectations, find_summaries, group_runs, metric_columns
@@ -152,6 +152,13 @@ def _compare(modality, encoders, seeds, overrides, reports, echo, worker=None) -
         shared.forget_own_failures(compare_id)  # the same command retries them
         raise
     run_dirs = [p for p in shared.runs if (p / "summary.json").exists()]
+    in_use = [p for p in shared.runs if not shared.settled(p, compare_id)]  # skipped: another process trains them
+    if in_use:
+        echo(
+            f"{len(in_use)} run(s) of the grid are in use by another process; the comparison that trains them "
+            "writes the report when it finishes (or rerun this command then)"
+        )
+        return {"id": compare_id, "outcomes": outcomes, "report": None}
     if not shared.claim_report(compare_id):
         echo("every run of the grid is settled; another worker writes the report")
         return {"id": compare_id, "outcomes": outcomes, "report": None}
@@ -213,9 +220,11 @@ def _run_one(index, total, entry, shared: SharedGrid, compare_id: str, waiting: 
                     f"{head}: {str(exc).split(';')[0]}; {'; '.join([*requeued, then])}", exc.exit_code - 128
                 ) from None
             except Exception as exc:  # a failing run is reported; the others go on
-                traceback.print_exc()
-                shared.mark_failed(run_dir, compare_id, first_line(exc))
-                return Outcome(encoder, seed, run_dir, "failed", time.perf_counter() - start, error=first_line(exc))
+                if not isinstance(exc, (PoslabError, OSError)):  # a bug: its traceback; a fault: its line below
+                    traceback.print_exc()
+                line = os_error_line(exc) if isinstance(exc, OSError) else first_line(exc)
+                shared.mark_failed(run_dir, compare_id, line)
+                return Outcome(encoder, seed, run_dir, "failed", time.perf_counter() - start, error=line)
             return Outcome(encoder, seed, run_dir, status, time.perf_counter() - start, metrics=summary["metrics"])
     except RunInUse as exc:  # another process trains it now
         if waiting:

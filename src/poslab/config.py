@@ -342,13 +342,17 @@ def validate(cfg: DictConfig) -> DictConfig:
     except OmegaConfBaseException as exc:
         raise ConfigError(f"cannot resolve config key '{exc.full_key}': {exc.msg.splitlines()[0]}") from None
 
-    ranges = dict(declared_ranges(schema))
+    ranges, checks = dict(declared_ranges(schema)), []
     for name, schema_of in SIGNATURE_NODES.items():
         node_schema = schema_of(merged[name])
         ranges.update(declared_ranges(node_schema, f"{name}."))
         merged[name] = typed_node(merged[name], node_schema, name)
+        if check := getattr(node_schema, "check", None):  # what holds between the node's keys
+            checks.append((check, name))
     merged.callbacks = _typed_callbacks(OmegaConf.to_container(merged.callbacks))
     check_values(merged, {**ranges, **parts.ranges})
+    for check, name in checks:
+        check(merged[name])
     problem = parts.check(merged) if parts.check else None
     if problem:
         raise ConfigError(problem)

@@ -8,6 +8,8 @@ never a traceback. Bugs stay ordinary exceptions so they keep their traceback.
 from __future__ import annotations
 
 import difflib
+import errno
+import os
 import re
 from collections.abc import Iterable
 
@@ -42,6 +44,29 @@ class RunStopped(PoslabError):
 
 class NonFiniteLoss(RunStopped):
     """Training produced a NaN / inf loss: the run stops there, its earlier checkpoints kept."""
+
+
+#: The file-system refusals worth their own words (the others take the system's: ``os.strerror``).
+FILESYSTEM_ERRORS = {
+    errno.ENOSPC: "no space left on the device",
+    errno.EDQUOT: "disk quota exceeded",
+    errno.EROFS: "read-only file system",
+    errno.ENOTDIR: "a file stands where a folder should be",
+    errno.EEXIST: "a file stands where a folder should be",
+    errno.EISDIR: "a folder stands where a file should be",
+    errno.EACCES: "permission denied",
+}
+
+
+def os_error_line(exc: OSError) -> str:
+    """An operating-system error as one line: the path and the cause (``cannot write runs/x: read-only file
+    system``); a library's own message where it names no path (W&B's names the folder and what to set)."""
+    if exc.filename is None:
+        return first_line(exc)
+    if exc.errno in FILESYSTEM_ERRORS:
+        return f"cannot write {exc.filename}: {FILESYSTEM_ERRORS[exc.errno]}"
+    cause = os.strerror(exc.errno) if exc.errno else first_line(exc)
+    return f"cannot use {exc.filename}: {cause[0].lower()}{cause[1:]}"
 
 
 def first_line(exc: BaseException) -> str:

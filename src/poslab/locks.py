@@ -6,9 +6,14 @@ Two ways to hold ``<run dir>/.lock``, chosen by ``POSLAB_LOCKS``:
   Some network file systems refuse it (NFS without lockd, some Lustre / GPFS mounts: ``ENOLCK``,
   ``EOPNOTSUPP``); there poslab falls back to files by itself.
 * ``files``: an exclusive file, ``.lock.held``, created with ``O_CREAT | O_EXCL`` (atomic on NFSv3+, Lustre,
-  GPFS) and holding ``host pid``. A holder on this host that no longer runs is taken over; one on another
-  host cannot be checked from here, so it is refused with its name and how to clear it. Use this where
-  ``flock`` succeeds but locks only the node it runs on (NFS mounted with ``local_lock=all``).
+  GPFS) and holding ``host pid``. Its holder touches it every :data:`HEARTBEAT_S` seconds. A holder on this
+  host that no longer runs is taken over at once; one on another host cannot be checked from here, so it is
+  refused with its name and how to clear it until its file is :data:`STALE_S` seconds old (a node that died
+  stops touching it), then taken over. A takeover happens under a second exclusive file
+  (``.lock.steal``), so two processes finding the same stale holder cannot both take it. Use this mode
+  where ``flock`` succeeds but locks only the node it runs on (NFS mounted with ``local_lock=all``).
+
+A run directory that can be locked neither way (``ESTALE``, ``EIO``, ...) is one line naming it and the cause.
 
 A leaf: it imports nothing of poslab's but the errors.
 """
@@ -18,6 +23,8 @@ from __future__ import annotations
 import errno
 import os
 import socket
+import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -29,6 +36,10 @@ MODES = ("flock", "files")
 #: errno values of a file system that does not do ``flock``.
 NO_FLOCK = {errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL}
 HELD = ".lock.held"
+STEAL = ".lock.steal"
+#: How often a lock file's holder touches it, and the age at which a holder (on any host) counts as gone.
+HEARTBEAT_S = 30.0
+STALE_S = float(os.environ.get("POSLAB_LOCK_STALE_S", 600))
 
 
 class RunInUse(ConfigError):
@@ -55,16 +66,31 @@ def exclusive(run_dir: Path) -> Iterator[None]:
                 os.close(held)  # closing releases the lock
             return
     _take_file(run_dir)
+    stop = threading.Event()
+    beat = threading.Thread(target=_heartbeat, args=(run_dir / HELD, stop), daemon=True)
+    beat.start()
     try:
         yield
     finally:
-        (run_dir / HELD).unlink(missing_ok=True)
+        stop.set()
+        beat.join()
+        if _file_holder(run_dir) == (socket.gethostname(), os.getpid()):  # still ours: never another's
+            (run_dir / HELD).unlink(missing_ok=True)
+
+
+def _heartbeat(path: Path, stop: threading.Event) -> None:
+    """Touch ``path`` while the lock is held, so other hosts can tell a live holder from a dead node."""
+    while not stop.wait(HEARTBEAT_S):
+        try:
+            os.utime(path)
+        except OSError:
+            return
 
 
 def in_use(run_dir: Path) -> bool:
     """Whether a live process holds ``run_dir`` (a lock left by a finished or killed run does not count)."""
     holder = _file_holder(run_dir)
-    if holder is not None and _alive(*holder):
+    if holder is not None and not _gone(run_dir / HELD, holder):
         return True
     if mode() == "files":
         return False
@@ -103,34 +129,79 @@ def _flock(run_dir: Path) -> int | None:
         os.close(fd)
         if exc.errno in NO_FLOCK:
             return None
-        raise
+        raise cannot_lock(path, exc) from None
     os.ftruncate(fd, 0)
     os.pwrite(fd, f"{socket.gethostname()} {os.getpid()}\n".encode(), 0)
     return fd
 
 
+def cannot_lock(path: Path, exc: OSError) -> ConfigError:
+    cause = os.strerror(exc.errno) if exc.errno else str(exc)
+    return ConfigError(
+        f"cannot lock {path}: {cause[0].lower()}{cause[1:]}; the run root must allow one of {LOCKS_ENV}="
+        f"{' or '.join(MODES)}"
+    )
+
+
 def _take_file(run_dir: Path) -> None:
-    """Create ``.lock.held`` exclusively; a holder on this host that is gone is taken over."""
+    """Create ``.lock.held`` exclusively; a holder that is gone (its process, or its node's heartbeat) is taken
+    over."""
     path = run_dir / HELD
-    for _ in range(2):
+    for _ in range(3):
         try:
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         except FileExistsError:
             holder = _file_holder(run_dir)
-            if holder is not None and holder[0] == socket.gethostname() and not _alive(*holder):
-                path.unlink(missing_ok=True)  # its process is gone (killed): the lock is stale
+            if holder is not None and _gone(path, holder):
+                _take_over(run_dir, holder)
                 continue
             if holder is not None and holder[0] != socket.gethostname():
                 raise RunInUse(
-                    f"run directory {run_dir} is held by pid {holder[1]} on {holder[0]} ({path}); if that process "
-                    f"is gone, remove {path}"
+                    f"run directory {run_dir} is held by pid {holder[1]} on {holder[0]} ({path}); it is taken over "
+                    f"once that node stops touching it for {STALE_S:.0f} s; if that process is gone, remove {path}"
                 ) from None
             shown = f"pid {holder[1]}" if holder else "?"
             raise RunInUse(f"run directory {run_dir} is in use by another poslab process ({shown})") from None
+        except OSError as exc:
+            raise cannot_lock(path, exc) from None
         with os.fdopen(fd, "w") as fh:
             fh.write(f"{socket.gethostname()} {os.getpid()}\n")
         return
     raise RunInUse(f"run directory {run_dir}: could not take {path}")
+
+
+def _gone(path: Path, holder: tuple[str, int]) -> bool:
+    """Its process has ended (this host), or its heartbeat stopped (any host: a recycled pid too)."""
+    try:
+        stale = time.time() - path.stat().st_mtime > STALE_S
+    except OSError:
+        return True  # removed meanwhile: free
+    return stale or not _alive(*holder)
+
+
+def _take_over(run_dir: Path, stale: tuple[str, int]) -> None:
+    """Remove a gone holder's file, under ``.lock.steal`` so that of two processes finding the same holder
+    only one removes it (the other sees the new holder and is refused)."""
+    steal = run_dir / STEAL
+    try:
+        fd = os.open(steal, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    except FileExistsError:
+        if time.time() - _mtime(steal) > STALE_S:  # a takeover that died halfway
+            steal.unlink(missing_ok=True)
+        return
+    try:
+        os.close(fd)
+        if _file_holder(run_dir) == stale:  # not yet replaced by a process that took it first
+            (run_dir / HELD).unlink(missing_ok=True)
+    finally:
+        steal.unlink(missing_ok=True)
+
+
+def _mtime(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return time.time()
 
 
 def _file_holder(run_dir: Path) -> tuple[str, int] | None:

@@ -15,7 +15,7 @@ from torch import nn
 
 from poslab.errors import ConfigError, did_you_mean
 from poslab.options import keyword_options, signature_schema
-from poslab.ranges import AT_LEAST_0, FRACTION, POSITIVE
+from poslab.ranges import AT_LEAST_0, FRACTION, POSITIVE, Range
 
 #: Optimisers ``optim.name`` may not name, and why: each needs what a config cannot give it.
 UNSUPPORTED = {
@@ -33,6 +33,14 @@ RANGES = {
     "betas": FRACTION,  # each
     "momentum": AT_LEAST_0,
     "eps": AT_LEAST_0,
+    "dampening": Range(0, 1),  # SGD: the share of the gradient left out of the momentum; torch checks none
+    "lr_decay": AT_LEAST_0,  # Adagrad
+    "alpha": AT_LEAST_0,  # RMSprop's smoothing
+    "rho": Range(0, 1),  # Adadelta
+    "initial_accumulator_value": AT_LEAST_0,
+    "momentum_decay": AT_LEAST_0,  # NAdam
+    "lambd": AT_LEAST_0,  # ASGD
+    "t0": AT_LEAST_0,
 }
 #: The optim node's keys that are poslab's, not the optimiser's.
 OWN_KEYS = ("name", "warmup_fraction")
@@ -70,7 +78,18 @@ def optimizer_schema(name: str) -> type:
     # Another optimiser's options a modality or experiment tunes (text's AdamW betas) do not apply to this one.
     schema.foreign = {k for other in known.values() for k in keyword_options(other, SUPPLIED)} - own
     schema.label = f"optim.name={name}"
+    schema.check = check_arguments
     return schema
+
+
+def check_arguments(optim_cfg: dict[str, Any]) -> None:
+    """The optimiser built once over a one-weight model, before anything is written, so its own argument checks
+    (RMSprop's ``alpha``, Adadelta's ``rho``, ...) are one line instead of a traceback once the fit starts."""
+    try:
+        build_optimizer(nn.Linear(1, 1), optim_cfg)
+    except (ValueError, TypeError) as exc:
+        name = optim_cfg.get("name", DEFAULT_OPTIMIZER)
+        raise ConfigError(f"optim.name={name} refuses its options: {str(exc).splitlines()[0]}") from None
 
 
 def parameter_groups(model: nn.Module, weight_decay: float, no_decay_modules: tuple[nn.Module, ...] = ()):

@@ -129,6 +129,17 @@ def checked_init(init: Callable) -> Callable:
     return checked
 
 
+def check_fields(instance: Any, owner: str) -> None:
+    """A dataclass option block (``RoPE``'s ``scaling``) built directly refuses what a config would: its fields'
+    declared ranges, checked in ``__post_init__``; one :class:`ConfigError` naming ``owner`` and the field."""
+    hints = typing.get_type_hints(type(instance), include_extras=True)
+    for spec in dataclasses.fields(instance):
+        allowed = range_of(hints.get(spec.name, spec.type))
+        for item in _numbers(getattr(instance, spec.name)) if allowed else ():
+            if not allowed.holds(item):
+                raise ConfigError(f"{owner}: {spec.name} must be {allowed.describe()}, got {item!r}")
+
+
 def _numbers(value: Any) -> list:
     items = list(value) if isinstance(value, (list, tuple)) else [value]
     return [v for v in items if isinstance(v, (int, float)) and not isinstance(v, bool)]

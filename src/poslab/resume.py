@@ -24,6 +24,8 @@ from poslab.rundir import write_json_atomic, write_text_atomic
 CONFIG_FILE = "config.yaml"
 RECORD_FILE = "run.json"
 LAST_CHECKPOINT = Path("checkpoints") / "last.ckpt"
+#: What a finished fit logged last (:class:`poslab.callbacks.FitMetrics`): a run resumed after its fit reads it.
+FIT_RECORD = Path("checkpoints") / "fit.json"
 #: Differing keys named in the error, at most (one line stays readable).
 SHOWN = 8
 #: Group selections that name what a run is, and the key holding that name in its config.

@@ -32,7 +32,8 @@ from poslab.config import config_hash, recompose, to_dict
 from poslab.data import build_datamodule
 from poslab.errors import ConfigError, PoslabError, RunInterrupted, RunStopped, first_line, memory_problem
 from poslab.loggers import build_logger, define_summaries, finish_logger, log_final, resolve_wandb_mode, wandb_info
-from poslab.resume import LAST_CHECKPOINT, read_record, relaunched_config, write_record
+from poslab.memory import check_fits
+from poslab.resume import FIT_RECORD, LAST_CHECKPOINT, read_record, relaunched_config, write_record
 from poslab.rundir import (
     RUN_NAME_ENV,
     create_run_dir,
@@ -82,6 +83,7 @@ def _train(cfg: DictConfig) -> dict[str, Any]:
         datamodule = build_datamodule(cfg)
         datamodule.prepare_data()
         datamodule.setup("fit")
+        check_fits(lambda: build_task(cfg, datamodule), str(cfg.trainer.get("accelerator", "auto")))
         task = build_task(cfg, datamodule)
     except (MemoryError, RuntimeError) as exc:
         raise _too_big(exc) from None
@@ -123,6 +125,7 @@ def _fit_and_test(cfg, datamodule, task, run_dir: Path, name: str, logger: Any, 
     from poslab.callbacks import (
         EncoderFigure,
         FiniteLoss,
+        FitMetrics,
         History,
         PeriodicLast,
         RunCheckpoint,
@@ -139,7 +142,9 @@ def _fit_and_test(cfg, datamodule, task, run_dir: Path, name: str, logger: Any, 
         auto_insert_metric_name=False,
     )
     periodic = PeriodicLast(run_dir / "checkpoints", cfg.run.checkpoint_every_n_steps)
+    fitted = FitMetrics(run_dir / FIT_RECORD, checkpoint)
     callbacks = [FiniteLoss(), checkpoint, periodic, TrainingPosition(), StepTimer(), History(), EncoderFigure()]
+    callbacks.append(fitted)
     if logger is not None:
         callbacks.append(LearningRateMonitor(logging_interval="step"))
     callbacks = build_callbacks(cfg.callbacks, RunFacts(monitor, mode, cfg.optim.lr), callbacks)
@@ -168,7 +173,7 @@ def _fit_and_test(cfg, datamodule, task, run_dir: Path, name: str, logger: Any, 
     if interrupted or interrupts.received():
         raise interrupted_run(run_dir, f"at step {trainer.global_step}")
     try:
-        return _test_and_report(cfg, datamodule, task, run_dir, name, trainer, checkpoint, periodic, start)
+        return _test_and_report(cfg, datamodule, task, run_dir, name, trainer, checkpoint, periodic, fitted, start)
     except (SIGTERMException, RunInterrupted):
         raise interrupted_run(run_dir, "after training, while testing and evaluating") from None
     except (MemoryError, RuntimeError) as exc:  # an evaluation's data or lengths too large for the machine
@@ -214,18 +219,24 @@ def interrupted_run(run_dir: Path, where: str) -> RunInterrupted:
     return RunInterrupted(f"interrupted by {name} {where}, before any checkpoint; run the same command again", number)
 
 
-def _test_and_report(cfg, datamodule, task, run_dir, name, trainer, checkpoint, periodic, start) -> RunSummary:
+def _test_and_report(cfg, datamodule, task, run_dir, name, trainer, checkpoint, periodic, fitted, start) -> RunSummary:
     monitor, _ = task.monitor
-    fit_metrics = scalar_metrics(trainer.callback_metrics)
+    recorded = fitted.recorded(trainer.global_step) or {}  # a run resumed after its fit logs no fit metric again
+    fit_metrics = {**recorded.get("metrics", {}), **scalar_metrics(trainer.callback_metrics)}
     # Lightning logs step metrics every trainer.log_every_n_steps: the last step's values, as summary.json has them
     log_final(trainer, {k: v for k, v in fit_metrics.items() if k.startswith("train/")}, columns=False)
     best = checkpoint.best_model_path or None
+    if recorded.get("best_checkpoint"):  # resumed after the fit: the last.ckpt it read predates the best
+        best = str(run_dir / FIT_RECORD.parent / recorded["best_checkpoint"])
+    if cfg.resume and best:  # written by an earlier process: verified as last.ckpt was
+        verify_digest(Path(best))
     test_metrics = trainer.test(task, datamodule=datamodule, ckpt_path=best, verbose=False, weights_only=True)
     interrupts.check("testing")
     metrics = {**fit_metrics, **(test_metrics[0] if test_metrics else {})}
     logged = set(metrics)  # through Lightning's loops
-    if checkpoint.best_model_score is not None:
-        metrics[f"{monitor}_best"] = float(checkpoint.best_model_score)
+    best_score = recorded.get("best_score", checkpoint.best_model_score)
+    if best_score is not None:
+        metrics[f"{monitor}_best"] = float(best_score)
     checkpoints = {
         "best": _relative(best, run_dir),
         "last": _relative(periodic.last_model_path or None, run_dir),

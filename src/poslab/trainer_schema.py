@@ -19,6 +19,7 @@ from typing import Any, Union
 from omegaconf import MISSING
 
 from poslab import trainer_arguments
+from poslab.errors import ConfigError
 from poslab.options import SCALARS, config_type, keyword_options, literal_choices, plain_default
 from poslab.ranges import AT_LEAST_0, AT_LEAST_1, POSITIVE, Range, with_ranges
 
@@ -93,8 +94,17 @@ def trainer_schema() -> type:
         if listed:
             choices[key] = listed
     schema = make_dataclass("TrainerConfig", fields_)
-    schema.owned, schema.choices = TRAINER_OWNED, choices
+    schema.owned, schema.choices, schema.check = TRAINER_OWNED, choices, check_limits
     return schema
+
+
+def check_limits(node: dict[str, Any]) -> None:
+    """A lower limit above its upper one (``min_epochs=5 max_epochs=2``) is one line: Lightning would stop at
+    the upper one without a word. -1 / null is "no limit"."""
+    for unit in ("epochs", "steps"):
+        low, high = node.get(f"min_{unit}"), node.get(f"max_{unit}")
+        if low is not None and high is not None and high != -1 and low > high:
+            raise ConfigError(f"trainer.min_{unit} ({low}) must not exceed trainer.max_{unit} ({high})")
 
 
 def type_source(annotation: Any) -> str:

@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from poslab.encoders.rope_scaling import RopeScaling, scaled_frequencies
+from poslab.errors import ConfigError
 
 
 def thetas(base: float, d: int) -> torch.Tensor:
@@ -79,9 +80,23 @@ def test_llama3_scaling_is_the_reference_per_wavelength(base, d, s, original, lo
 
 
 def test_llama3_needs_high_above_low():
-    with pytest.raises(ValueError, match="high_freq_factor > low_freq_factor"):
-        scaled_frequencies(RopeScaling("llama3", 4.0, 64, low_freq_factor=4.0, high_freq_factor=1.0),
-                           base=10000.0, dim=32, original_max_len=None)  # fmt: skip
+    with pytest.raises(ConfigError, match=r"high_freq_factor \(1\) must be above low_freq_factor \(4\)"):
+        RopeScaling("llama3", 4.0, 64, low_freq_factor=4.0, high_freq_factor=1.0)
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"factor": 0.5}, "factor must be >= 1, got 0.5"),
+        ({"beta_fast": 1.0, "beta_slow": 2.0}, r"beta_fast \(1\) must be above beta_slow \(2\)"),
+        ({"long_factor": [1.0, 0.0]}, "long_factor must be > 0, got 0.0"),
+        ({"attention_factor": -1.0}, "attention_factor must be > 0, got -1.0"),
+        ({"original_max_len": 0}, "original_max_len must be >= 1, got 0"),
+    ],
+)
+def test_a_scaling_built_directly_refuses_what_a_config_would(options, message):
+    with pytest.raises(ConfigError, match=message):
+        RopeScaling("yarn", **{"factor": 2.0, **options})
 
 
 def test_longrope_divides_each_frequency_by_its_factor_and_scales_attention():

@@ -30,9 +30,12 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal, Optional
+from typing import Annotated, Literal, Optional
 
 import torch
+
+from poslab.errors import ConfigError
+from poslab.ranges import POSITIVE, OptionalCount, Positive, Range, check_fields
 
 ScalingType = Literal["none", "linear", "ntk", "dynamic", "yarn", "llama3", "longrope"]
 #: The scalings that need the original context L₀.
@@ -41,18 +44,31 @@ NEED_ORIGINAL = ("dynamic", "yarn", "llama3", "longrope")
 
 @dataclass
 class RopeScaling:
-    """``encoder.scaling`` of ``rope``; ``original_max_len`` null = the training context."""
+    """``encoder.scaling`` of ``rope``; ``original_max_len`` null = the training context. The ranges are Hugging
+    Face's (``_validate_*_rope_parameters``): a factor below 1 would shrink the context it claims to extend."""
 
     type: ScalingType = "none"
-    factor: float = 1.0
-    original_max_len: Optional[int] = None  # noqa: UP045 (OmegaConf reads typing.Optional)
-    beta_fast: float = 32.0
-    beta_slow: float = 1.0
-    low_freq_factor: float = 1.0  # llama3: wavelengths past L₀ / low_freq_factor are divided by the factor
-    high_freq_factor: float = 4.0  # llama3: wavelengths below L₀ / high_freq_factor are kept
-    long_factor: Optional[list[float]] = None  # noqa: UP045  longrope: λ_i per frequency, when extending
-    short_factor: Optional[list[float]] = None  # noqa: UP045  longrope: λ_i per frequency, within L₀
-    attention_factor: Optional[float] = None  # noqa: UP045  longrope: None = √(1 + ln s / ln L₀)
+    factor: Annotated[float, Range(1)] = 1.0
+    original_max_len: OptionalCount = None
+    beta_fast: Positive = 32.0
+    beta_slow: Positive = 1.0
+    low_freq_factor: Positive = 1.0  # llama3: wavelengths past L₀ / low_freq_factor are divided by the factor
+    high_freq_factor: Positive = 4.0  # llama3: wavelengths below L₀ / high_freq_factor are kept
+    long_factor: Annotated[Optional[list[float]], POSITIVE] = None  # noqa: UP045  longrope: λ_i per frequency, when extending
+    short_factor: Annotated[Optional[list[float]], POSITIVE] = None  # noqa: UP045  longrope: λ_i per frequency, within L₀
+    attention_factor: Annotated[Optional[float], POSITIVE] = None  # noqa: UP045  longrope: None = √(1 + ln s / ln L₀)
+
+    def __post_init__(self) -> None:
+        check_fields(self, "rope scaling")
+        if self.beta_fast <= self.beta_slow:
+            raise ConfigError(
+                f"rope scaling: beta_fast ({self.beta_fast:g}) must be above beta_slow ({self.beta_slow:g})"
+            )
+        if self.high_freq_factor <= self.low_freq_factor:
+            raise ConfigError(
+                f"rope scaling: high_freq_factor ({self.high_freq_factor:g}) must be above "
+                f"low_freq_factor ({self.low_freq_factor:g})"
+            )
 
 
 def default_inv_freq(base: float, dim: int, device: torch.device | str | None = None) -> torch.Tensor:

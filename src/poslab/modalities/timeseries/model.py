@@ -32,7 +32,7 @@ import torch
 from torch import nn
 
 from poslab.encoders.base import PositionEncoder
-from poslab.errors import PoslabError
+from poslab.errors import ConfigError, PoslabError
 from poslab.nn.backbone import Transformer
 from poslab.positions import Positions
 from poslab.ranges import AT_LEAST_1, Depth, Dropout, Heads, MlpRatio, Width
@@ -88,6 +88,11 @@ class Forecaster(nn.Module):
             raise ValueError(f"layout must be one of {LAYOUTS}, got '{layout}'")
         if highway is None:  # automatic: wherever the sizes are fixed
             highway = layout != "query"
+        if layout != "step" and patch_len > lookback:
+            raise ConfigError(
+                f"model.patch_len ({patch_len}) must not exceed data.lookback ({lookback}): a patch is "
+                f"patch_len past steps; lower model.patch_len or use model.layout=step"
+            )
         if highway and layout == "query":
             raise PoslabError("model.highway needs a fixed lookback and horizon: use model.layout=step or patch")
         self.highway = nn.Linear(lookback, horizon, bias=False) if highway else None
