@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 from lightning.pytorch.callbacks import EarlyStopping, LearningRateMonitor, StochasticWeightAveraging
 
 from poslab.callback_presets import PRESETS, RunFacts, build_callbacks, lightning_class
+from poslab.cli import main
 from poslab.config import compose
 from poslab.train import train
 from tests.conftest import assert_refused_in_one_line
@@ -58,3 +62,23 @@ def test_early_stopping_ends_a_run_that_stops_improving(tiny):
 )  # fmt: skip
 def test_a_bad_preset_is_one_line_and_leaves_nothing(override, message, tiny, capsys):
     assert_refused_in_one_line(tiny, override, message, capsys)
+
+
+@pytest.mark.parametrize("logger", ["none", "csv"])
+@pytest.mark.parametrize("preset", sorted(PRESETS))
+def test_every_preset_trains_a_run_or_is_refused_in_one_line_before_it_starts(tiny, capsys, preset, logger):
+    """Each preset in a real (tiny) run, with and without a logger: the run finishes with a finite summary,
+    or (a preset that logs, without a logger) one line and nothing written."""
+    import math
+
+    run_root = Path(next(o for o in tiny if o.startswith("run.root=")).split("=", 1)[1])
+    args = ["train", *[o for o in tiny if not o.startswith("logger=")], f"logger={logger}", f"callbacks=[{preset}]"]
+    code = main(args)
+    err = capsys.readouterr().err
+    if PRESETS[preset].logs and logger == "none":
+        assert code == 2 and err.count("\n") == 1 and f"callbacks: {preset} writes to the run's logger" in err
+        assert not run_root.exists() or not any(run_root.iterdir())
+        return
+    assert code == 0, err[-2000:]
+    (summary,) = run_root.rglob("summary.json")
+    assert all(math.isfinite(v) for v in json.loads(summary.read_text())["metrics"].values())

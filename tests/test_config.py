@@ -297,3 +297,70 @@ def test_an_experiment_tunes_one_encoder_with_encoder_options():
     ]:  # fmt: skip
         with pytest.raises(ConfigError, match="^" + re.escape(message)):
             compose(["modality=text", "encoder=rope", bad])
+
+
+def _yaml_nodes_and_schemas():
+    """(file, key, node, schema) for every node a YAML sets that a schema declares defaults for."""
+    from poslab.optimizers import optimizer_schema
+    from poslab.schema import SchedConfig
+    from poslab.trainer_schema import trainer_schema
+
+    def schemas_for(modality: str) -> dict:
+        root = root_schema(get_modality(modality), encoder_schema("none"))
+        return {f.name: f.default_factory for f in dataclasses.fields(root) if f.name in GROUPS}
+
+    files = [config_dir() / "train.yaml", *sorted(config_dir().glob("*/*.yaml"))]
+    for path in files:
+        node = OmegaConf.load(path)
+        modality = path.stem if path.parent.name == "modality" else None
+        if path.parent.name == "experiment":
+            modality = (node.get("defaults") or {}).get("modality")
+        groups = schemas_for(modality) if modality in available_modalities() else {}
+        if path.parent.name in ("trainer", "logger"):  # a preset is the node itself
+            node = OmegaConf.create({path.parent.name: node})
+            groups = schemas_for("vision") if path.parent.name == "logger" else {}
+        for key, schema in groups.items():
+            if key in node:
+                yield path, key, node[key], schema
+        if "trainer" in node:
+            yield path, "trainer", node.trainer, trainer_schema()
+        if "optim" in node:
+            yield path, "optim", node.optim, optimizer_schema(node.optim.get("name", "adamw"))
+        if "sched" in node:
+            yield path, "sched", node.sched, SchedConfig
+
+
+def test_no_yaml_restates_a_value_its_code_declares():
+    """Code declares, YAML overrides: train.yaml, every modality, trainer and logger preset holds only values
+    that differ from the declared default (a constructor's, a dataclass's, Lightning's or torch.optim's)."""
+    restated = []
+    for path, key, node, schema in _yaml_nodes_and_schemas():
+        if path.parent.name == "experiment":
+            continue  # an experiment overrides its modality's values: the next test
+        found = _restated_defaults(node, schema, f"{key}.")
+        restated += [f"{path.parent.name}/{path.name}: {k}" for k in found if not k.endswith(".name")]
+    assert not restated, restated
+
+
+def _leaves(node, prefix=""):
+    for key, value in node.items():
+        if isinstance(value, dict):
+            yield from _leaves(value, f"{prefix}{key}.")
+        else:
+            yield f"{prefix}{key}", value
+
+
+@pytest.mark.parametrize("path", sorted((config_dir() / "experiment").glob("*.yaml")), ids=lambda p: p.stem)
+def test_an_experiment_sets_only_values_that_differ_from_its_modalitys(path):
+    raw = OmegaConf.to_container(OmegaConf.load(path))
+    selected = raw.get("defaults") or {}
+    base = compose([f"{group}={choice}" for group, choice in selected.items() if group != "experiment"])
+    plain = OmegaConf.to_container(base, resolve=True)
+    same = []
+    for group in ("task", "data", "eval", "model", "optim", "sched", "trainer"):
+        for key, value in _leaves(raw.get(group) or {}, f"{group}."):
+            held = OmegaConf.select(OmegaConf.create(plain), key, default="<unset>")
+            held = OmegaConf.to_container(held) if OmegaConf.is_config(held) else held
+            if held == value:
+                same.append(key)
+    assert not same, f"{path.name} repeats what its modality already sets: {same}"

@@ -75,3 +75,24 @@ def test_every_encoder_names_its_paper():
 
     missing = [name for name in docs.own_encoders() if "paper" not in vars(encoder_class(name))]
     assert not missing, missing
+
+
+def test_an_experiments_first_sentence_runs_past_a_citation():
+    assert docs.first_sentence("Text: xPos (Sun et al. 2022) with blocks. More here.") == (
+        "Text: xPos (Sun et al. 2022) with blocks."
+    )
+    assert docs.first_sentence("One (e.g. two). Three.") == "One (e.g. two)."
+    assert all(not row.endswith("et al.") for row in docs.experiments_block({}).split(" | "))
+
+
+def test_a_generated_block_no_page_marks_is_stale_and_written_to_its_home(tmp_path, generated, monkeypatch):
+    """A modality added since the docs were made: its options table has no markers anywhere; `--check`
+    says so, and `make docs` adds a section for it to modalities.md."""
+    copy = tmp_path / "docs"
+    shutil.copytree(DOCS, copy)
+    monkeypatch.setattr(docs, "blocks", lambda verdicts: {**generated, "options:audio": "| key |\n|---|\n"})
+    assert [p for p in docs.stale(copy)] == [f"{copy / 'modalities.md'} (no block options:audio)"]
+    docs.write(copy, echo=lambda line: None)
+    assert docs.stale(copy) == []
+    text = (copy / "modalities.md").read_text()
+    assert "## audio: options" in text and "<!-- poslab-docs:options:audio -->\n| key |\n|---|\n<!--" in text

@@ -493,3 +493,13 @@ def test_a_diverged_text_runs_perplexity_stays_a_number(tiny_text):
     metrics = train(compose([*tiny_text, "optim.lr=3"]))["metrics"]
     assert metrics["val/loss"] > 88.8 and math.isfinite(metrics["val/ppl"])
     assert metrics["val/ppl"] == pytest.approx(math.exp(metrics["val/loss"]), rel=1e-5)
+
+
+def test_a_perplexity_past_float64s_range_is_its_largest_value():
+    import math
+
+    from poslab.modalities.text.task import perplexity
+
+    assert perplexity(torch.tensor(3.0)).item() == pytest.approx(math.exp(3.0))
+    assert perplexity(torch.tensor(346.0)).item() == pytest.approx(math.exp(346.0))
+    assert perplexity(torch.tensor(800.0)).item() == torch.finfo(torch.float64).max

@@ -122,3 +122,20 @@ def test_a_resumed_schedule_follows_its_new_length():
     assert longer["lr_scheduler"]["scheduler"].last_epoch == 5
     longer["lr_scheduler"]["scheduler"].step()
     assert longer["optimizer"].param_groups[0]["lr"] == pytest.approx(1 - 6 / 20)
+
+
+def test_one_cycle_keeps_a_momentum_the_config_sets_and_cycles_the_default():
+    """SGD with optim.momentum=0.5 keeps 0.5 at every step; SGD with its default momentum (0) and AdamW
+    cycle between 0.95 and 0.85 as one-cycle does."""
+    set_momentum = {"name": "sgd", "lr": 0.1, "momentum": 0.5, "warmup_fraction": 0.3}
+    net = model()
+    built = configure(net, set_momentum, {"name": "one_cycle"}, 10)
+    optimizer, schedule = built["optimizer"], built["lr_scheduler"]["scheduler"]
+    seen = []
+    for _ in range(10):
+        seen.append(optimizer.param_groups[0]["momentum"])
+        optimizer.step()
+        schedule.step()
+    assert seen == [0.5] * 10
+    adamw = configure(model(), {"lr": 0.1, "weight_decay": 0.0, "warmup_fraction": 0.3}, {"name": "one_cycle"}, 10)
+    assert adamw["optimizer"].param_groups[0]["betas"][0] == pytest.approx(0.95)  # cycled: starts at the top

@@ -7,6 +7,7 @@ import re
 
 import pytest
 
+from poslab.data.sources import source_modules
 from poslab.encoders import registry
 from poslab.errors import ConfigError
 from poslab.scaffold import HOOKS, new_dataset, new_encoder
@@ -80,7 +81,7 @@ def test_the_cli_and_make_target_write_the_files(tmp_path, capsys):
     assert capsys.readouterr().err.startswith("poslab new: error:")
 
 
-@pytest.mark.parametrize("modality", ["text", "timeseries", "vision"])
+@pytest.mark.parametrize("modality", sorted(source_modules()))  # every modality whose data has sources
 def test_the_dataset_stub_registers_and_its_loader_sample_and_test_fail_until_written(modality, tmp_path):
     from poslab.config import compose
     from poslab.data.sources import source_modules

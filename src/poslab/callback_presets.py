@@ -30,15 +30,16 @@ class RunFacts:
 class Preset:
     cls: str  # the class's name in lightning.pytorch.callbacks
     supplied: Callable[[RunFacts], dict[str, Any]] = lambda run: {}
+    logs: bool = False  # it writes to the run's logger (Lightning refuses it in a run without one)
 
 
 PRESETS: dict[str, Preset] = {
     "early_stopping": Preset("EarlyStopping", lambda run: {"monitor": run.monitor, "mode": run.mode}),
-    "lr_monitor": Preset("LearningRateMonitor", lambda run: {"logging_interval": "step"}),
+    "lr_monitor": Preset("LearningRateMonitor", lambda run: {"logging_interval": "step"}, logs=True),
     "swa": Preset("StochasticWeightAveraging", lambda run: {"swa_lrs": run.lr}),
     "model_summary": Preset("ModelSummary"),
     "rich_model_summary": Preset("RichModelSummary"),
-    "device_stats": Preset("DeviceStatsMonitor"),
+    "device_stats": Preset("DeviceStatsMonitor", logs=True),
 }
 
 
@@ -61,6 +62,17 @@ def entries(listed: list[Any]) -> list[tuple[str, dict[str, Any]]]:
                 f"unknown callback preset {name!r}{did_you_mean(name, list(PRESETS))}; valid: {', '.join(PRESETS)}"
             )
     return out
+
+
+def check_logger(listed: list[Any], logger: str) -> None:
+    """A preset that logs, in a run without a logger, is one line before anything is written (Lightning would
+    refuse it once the fit starts)."""
+    for name, _ in entries(listed):
+        if PRESETS[name].logs and logger == "none":
+            raise ConfigError(
+                f"callbacks: {name} writes to the run's logger, and logger=none has none; use "
+                "logger=csv, tensorboard or wandb"
+            )
 
 
 def lightning_class(name: str) -> type:

@@ -26,7 +26,7 @@ from typing import Any, Literal, Union
 from omegaconf import DictConfig, ListConfig, OmegaConf, SCMode
 from omegaconf.errors import OmegaConfBaseException
 
-from poslab.callback_presets import entries, preset_schema
+from poslab.callback_presets import check_logger, entries, preset_schema
 from poslab.config_files import (  # noqa: F401 (re-exported)
     config_dir,
     config_dirs,
@@ -350,6 +350,7 @@ def validate(cfg: DictConfig) -> DictConfig:
         if check := getattr(node_schema, "check", None):  # what holds between the node's keys
             checks.append((check, name))
     merged.callbacks = _typed_callbacks(OmegaConf.to_container(merged.callbacks))
+    check_logger(OmegaConf.to_container(merged.callbacks), merged.logger.name)
     check_values(merged, {**ranges, **parts.ranges})
     for check, name in checks:
         check(merged[name])

@@ -79,6 +79,14 @@ def own_modalities() -> list[str]:
     return [m for m in available_modalities() if m not in plugins]
 
 
+#: A sentence ends at a full stop before a capital, not after an abbreviation ("Sun et al. (2023)").
+SENTENCE_END = re.compile(r"(?<!\bal)(?<!\be\.g)(?<!\bi\.e)(?<!\bcf)(?<!\bvs)(?<!\bsec)(?<!\beq)\.\s+(?=[A-Z`*])")
+
+
+def first_sentence(text: str) -> str:
+    return SENTENCE_END.split(text, maxsplit=1)[0].rstrip(".") + "."
+
+
 def experiments() -> dict[str, dict[str, Any]]:
     """name -> {modality, encoders, expect, about} for every experiment YAML, as it is written."""
     found: dict[str, dict[str, Any]] = {}
@@ -90,7 +98,7 @@ def experiments() -> dict[str, dict[str, Any]]:
                 if not line.startswith("#"):
                     break
                 comment.append(line.lstrip("# ").rstrip())
-            about = " ".join(comment).split(". ")[0].rstrip(".") + "." if comment else ""
+            about = first_sentence(" ".join(comment)) if comment else ""
             found[path.stem] = {
                 "modality": (raw.get("defaults") or {}).get("modality", ""),
                 "encoders": list(raw.get("compare_encoders") or []),
@@ -248,14 +256,36 @@ def pages(docs_dir: Path) -> list[Path]:
     return sorted(p for p in docs_dir.rglob("*.md") if MARKER.search(p.read_text(encoding="utf-8")))
 
 
+#: The page a generated block goes to when no page has its markers yet (a new modality's options).
+HOMES = {"options:": "modalities.md"}
+
+
+def missing(docs_dir: Path, generated: dict[str, str]) -> list[str]:
+    """The generated blocks no page marks (a modality added since the docs were made)."""
+    marked = {m["name"] for p in pages(docs_dir) for m in MARKER.finditer(p.read_text(encoding="utf-8"))}
+    return [name for name in generated if name not in marked]
+
+
+def _home(docs_dir: Path, name: str) -> Path:
+    return docs_dir / next(page for prefix, page in HOMES.items() if name.startswith(prefix))
+
+
 def stale(docs_dir: Path) -> list[str]:
-    """The pages whose generated blocks differ from what the code and configs generate now."""
+    """The pages whose generated blocks differ from what the code and configs generate now, or that lack one."""
     generated = blocks(read_verdicts(docs_dir))
-    return [str(p) for p in pages(docs_dir) if render(text := p.read_text(encoding="utf-8"), generated) != text]
+    outdated = [str(p) for p in pages(docs_dir) if render(text := p.read_text(encoding="utf-8"), generated) != text]
+    return outdated + [f"{_home(docs_dir, name)} (no block {name})" for name in missing(docs_dir, generated)]
 
 
 def write(docs_dir: Path, echo: Callable[[str], None] = print) -> list[Path]:
     generated = blocks(read_verdicts(docs_dir))
+    for name in missing(docs_dir, generated):  # a section of its own, at the end of its page
+        home, modality = _home(docs_dir, name), name.split(":", 1)[1]
+        section = (
+            f"\n## {modality}: options\n\nEvery `{modality}` option, its type and its value, generated from the "
+            f"modality's schema and YAML (`make docs`):\n\n<!-- poslab-docs:{name} -->\n<!-- /poslab-docs:{name} -->\n"
+        )
+        home.write_text(home.read_text(encoding="utf-8").rstrip("\n") + "\n" + section, encoding="utf-8")
     written = []
     for page in pages(docs_dir):
         text = page.read_text(encoding="utf-8")

@@ -103,8 +103,9 @@ def train_rows(sizes: Sizes, root: Path) -> list[Row]:
             "trainer.limit_val_batches=2",
             "trainer.limit_test_batches=2",
             "trainer.enable_progress_bar=false",
-            *(["eval.multiples=[1,2]"] if modality == "text" else []),
         ]
+        if "multiples" in compose([f"modality={modality}"]).eval:  # a length study: two lengths are enough here
+            overrides.append("eval.multiples=[1,2]")
         start = time.perf_counter()
         try:
             summary = train(compose(overrides))

@@ -157,8 +157,8 @@ def configure(module, optim_cfg, sched_cfg, total_steps: int, no_decay_modules=(
     if name == "one_cycle":
         lr = optim_cfg["lr"]
         # One-cycle also cycles the momentum (SGD's) or beta1 (Adam's) between 0.85 and 0.95 (Smith 2018), where
-        # the optimiser has one.
-        cycles = any(k in optimizer.defaults for k in ("momentum", "betas"))
+        # the optimiser has one; a momentum the config sets is kept as set.
+        cycles = any(k in optimizer.defaults for k in ("momentum", "betas")) and "momentum" not in optim_cfg
         schedule = torch.optim.lr_scheduler.OneCycleLR(
             optimizer, max_lr=lr, total_steps=steps, pct_start=warmup_fraction(optim_cfg, steps), cycle_momentum=cycles
         )

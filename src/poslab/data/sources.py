@@ -27,14 +27,18 @@ def discover(package: str, path: Iterable[str]) -> None:
 
 
 def source_modules() -> dict[str, object]:
-    """Modality name -> its ``sources`` package, for every modality that reads datasets."""
-    from poslab.plugins import available_modalities
+    """Modality name -> its ``sources`` package, for every modality that reads datasets: the ``sources``
+    package beside its data module, so a plugin's modality (its own package) carries datasets too."""
+    from poslab.plugins import available_modalities, get_modality
 
     found = {}
     for modality in available_modalities():
+        ref = get_modality(modality).datamodule
+        module = ref.split(":")[0] if isinstance(ref, str) else ref.__module__
+        package = module.rpartition(".")[0] + ".sources"
         try:
-            found[modality] = importlib.import_module(f"poslab.modalities.{modality}.sources")
+            found[modality] = importlib.import_module(package)
         except ModuleNotFoundError as exc:  # a modality that generates its data (video) has none
-            if not f"poslab.modalities.{modality}.sources".startswith(exc.name or "\0"):
+            if not package.startswith(exc.name or "\0"):
                 raise
     return found

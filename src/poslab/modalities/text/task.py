@@ -15,6 +15,12 @@ from poslab.options import pick_options
 from poslab.tasks.base import PositionTask
 
 
+def perplexity(loss: torch.Tensor) -> torch.Tensor:
+    """exp(loss) in float64 (float32 overflows past a loss of 88.7), held at float64's largest value past a
+    loss of 709.8, so a diverged run's summary stays a number (JSON has no infinity)."""
+    return torch.exp(loss.double()).clamp(max=torch.finfo(torch.float64).max)
+
+
 class LanguageModel(PositionTask):
     """``cfg`` is the resolved config as plain containers; ``vocab`` the characters (if any)."""
 
@@ -60,7 +66,7 @@ class LanguageModel(PositionTask):
         loss = self.trainer.callback_metrics.get(f"{stage}/loss")
         if loss is not None:
             self.log(f"{stage}/bpc", loss / math.log(2))
-            self.log(f"{stage}/ppl", torch.exp(loss.double()))  # float32 overflows past a loss of 88.7
+            self.log(f"{stage}/ppl", perplexity(loss))
 
     def lengen_logits(self, batch, generated: bool, context: int) -> torch.Tensor:
         """Logits of a length-study batch; ``generated``: as generation computes them, prefixes growing
