@@ -84,7 +84,13 @@ def test_the_backbone_reads_only_the_encoder_protocol():
 def test_the_registries_are_leaves():
     """The encoder and modality registries and the config files import nothing that joins them."""
     edges = graph()
-    for leaf in ("poslab.plugins", "poslab.config_files", "poslab.offsets", "poslab.options"):
+    for leaf in (
+        "poslab.plugins",
+        "poslab.encoders.registry",
+        "poslab.config_files",
+        "poslab.offsets",
+        "poslab.options",
+    ):
         assert not {t for t in edges[leaf] if t.startswith(("poslab.config", "poslab.modalities", "poslab.train"))
                     and t != "poslab.config_files"}, leaf  # fmt: skip
 
@@ -164,3 +170,59 @@ def test_the_local_import_check_finds_one_that_defers_nothing():
     }
     # re is no library to defer, and torch is what the heavy module has at its top: both local imports are needless
     assert needless_local_imports(sources) == [("poslab.light", 4, "re"), ("poslab.heavy", 4, "poslab.light")]
+
+
+# -- floors: each module on one, imports going down (or across) only ------------------------------------------------
+#: The floors of the house, bottom first: (name, module prefixes). A prefix ending in "." takes its package's
+#: submodules only (``poslab.modalities.`` is the plugins, ``poslab.modalities`` their registry's records).
+FLOORS = [
+    ("leaves", ["poslab", "poslab.errors", "poslab.ranges", "poslab.options", "poslab.option_blocks",
+                "poslab.positions", "poslab.offsets", "poslab.config_files", "poslab.entry_points", "poslab.locks",
+                "poslab.timestamps", "poslab.denormals", "poslab.precision", "poslab.interrupts",
+                "poslab.trainer_arguments", "poslab.cluster", "poslab.expectations", "poslab.plots",
+                "poslab.encoders.longrope_search"]),
+    # the protocol, the combinations of encoders the registry builds, the two registries
+    ("registries", ["poslab.encoders.base", "poslab.encoders.composite", "poslab.encoders.layered",
+                    "poslab.encoders.registry", "poslab.plugins", "poslab.modalities"]),
+    ("parts", ["poslab.encoders", "poslab.nn", "poslab.data", "poslab.evaluation", "poslab.trainer_schema",
+               "poslab.optimizers", "poslab.callback_presets", "poslab.schema", "poslab.policy", "poslab.summary",
+               "poslab.rundir", "poslab.memory", "poslab.loggers"]),
+    ("config", ["poslab.config", "poslab.resume"]),
+    ("runs", ["poslab.tasks", "poslab.callbacks", "poslab.checkpoint_io", "poslab.train", "poslab.report",
+              "poslab.report_figures", "poslab.show", "poslab.modalities."]),
+    ("commands", ["poslab.compare", "poslab.grid", "poslab.workers", "poslab.cli", "poslab.__main__", "poslab.docs",
+                  "poslab.bench", "poslab.gpu_check", "poslab.dashboard", "poslab.sweep", "poslab.scaffold",
+                  "poslab.scaffolds"]),
+]  # fmt: skip
+#: Imports from a lower floor up to a higher one that stay, and why (at most two). Modality and dataset plugins
+#: are found at run time (``importlib``, entry points), not imported: the registries name none of them.
+UPWARD: dict[tuple[str, str], str] = {}
+
+
+def floor_of(module: str) -> int | None:
+    best = None
+    for number, (_, prefixes) in enumerate(FLOORS):
+        for prefix in prefixes:
+            inside = (
+                module.startswith(prefix)
+                if prefix.endswith(".")
+                else module in (prefix,) or module.startswith(f"{prefix}.")
+            )
+            if inside and (best is None or len(prefix) > best[1]):
+                best = (number, len(prefix))
+    return None if best is None else best[0]
+
+
+def upward(edges: dict[str, set[str]]) -> set[tuple[str, str]]:
+    return {(a, b) for a, targets in edges.items() for b in targets if floor_of(a) < floor_of(b)}
+
+
+def test_every_module_is_on_a_floor_and_imports_go_down():
+    edges = graph()
+    assert not [m for m in edges if floor_of(m) is None], "a module on no floor: add it to FLOORS"
+    assert len(UPWARD) <= 2 and upward(edges) <= set(UPWARD), sorted(upward(edges) - set(UPWARD))
+
+
+def test_the_floor_check_finds_an_import_going_up():
+    edges = {**graph(), "poslab.errors": {"poslab.train"}}
+    assert ("poslab.errors", "poslab.train") in upward(edges)

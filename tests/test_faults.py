@@ -203,6 +203,22 @@ def test_corrupt_run_files_on_resume_are_one_line(tiny, monkeypatch, capsys, fil
     assert (run_dir / "checkpoints" / "last.ckpt").is_file()  # nothing lost
 
 
+@pytest.mark.parametrize("damage", ["truncated", "empty"])
+def test_a_damaged_last_checkpoint_without_its_digest_is_one_line_on_resume(tiny, monkeypatch, capsys, damage):
+    """No digest to compare with: the checkpoint is loaded to be verified, and a file cut short or emptied
+    is refused in one line; the run directory keeps it."""
+    overrides, run_dir = cut_at_step_2(tiny, monkeypatch)
+    last = run_dir / "checkpoints" / "last.ckpt"
+    (run_dir / "checkpoints" / f"last.ckpt{DIGEST_SUFFIX}").unlink()
+    data = last.read_bytes()
+    last.write_bytes(data[: len(data) // 2] if damage == "truncated" else b"")
+    capsys.readouterr()
+    assert main(["train", *overrides, f"resume={run_dir}"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "last.ckpt" in err and "Traceback" not in err
+    assert last.is_file() and not (run_dir / "summary.json").exists()
+
+
 def test_a_second_compare_skips_the_run_the_first_is_training(tiny, tmp_path):
     """Its directory already holds the first one's best checkpoint: skipped, not a failure with a traceback."""
     from poslab.compare import compare, plan
@@ -239,9 +255,10 @@ def test_the_report_run_follows_the_runs_offline_when_wandb_is_unreachable(tiny,
     monkeypatch.setattr(wandb, "init", init)
     overrides = [o for o in tiny if not o.startswith("logger=")] + ["logger=wandb", "logger.mode=online"]
     lines: list[str] = []
-    compare("vision", ["none"], 1, overrides, tmp_path / "reports", echo=lines.append)
+    result = compare("vision", ["none"], 1, overrides, tmp_path / "reports", echo=lines.append)
     assert modes and set(modes) == {"offline"}
     assert any(line.startswith("W&B ran offline; to upload every run") for line in lines)
+    assert [o.status for o in result["outcomes"]] == ["trained"] and result["report"] is not None
 
 
 def test_checkpoint_state_from_another_directory_is_rebased_not_dropped(tmp_path):
@@ -262,19 +279,29 @@ def test_checkpoint_state_from_another_directory_is_rebased_not_dropped(tmp_path
     assert not moved._enable_version_counter
 
 
-def test_a_full_disk_when_the_summary_is_written_is_one_line_and_leaves_no_summary(tiny, monkeypatch, capsys):
-    import errno
+def fail_writes(monkeypatch, name: str, number: int, nth: int = 1, inside: str = "") -> None:
+    """Writes of files called ``name`` (with ``inside`` in their path) fail with errno ``number`` from the
+    ``nth`` on, as a full or failing disk makes them."""
+    import os
 
     import poslab.rundir as rundir
 
-    real = rundir._write_atomic
+    real, seen = rundir._write_atomic, []
 
-    def full(path, data):
-        if Path(path).name == "summary.json":
-            raise OSError(errno.ENOSPC, "No space left on device", str(path))
+    def failing(path, data):
+        if Path(path).name == name and inside in str(path):
+            seen.append(path)
+            if len(seen) >= nth:
+                raise OSError(number, os.strerror(number), str(path))
         return real(path, data)
 
-    monkeypatch.setattr(rundir, "_write_atomic", full)
+    monkeypatch.setattr(rundir, "_write_atomic", failing)
+
+
+def test_a_full_disk_when_the_summary_is_written_is_one_line_and_leaves_no_summary(tiny, monkeypatch, capsys):
+    import errno
+
+    fail_writes(monkeypatch, "summary.json", errno.ENOSPC)
     assert main(["train", *tiny, "run.name=full"]) == 2
     err = capsys.readouterr().err
     run_dir = Path(next(o for o in tiny if o.startswith("run.root=")).split("=", 1)[1]) / "vision" / "full"
@@ -286,18 +313,7 @@ def test_a_full_disk_when_a_checkpoint_is_saved_is_one_line_and_keeps_the_last_g
     """The second save of last.ckpt hits ENOSPC: one line naming it, and the first last.ckpt still verifies."""
     import errno
 
-    import poslab.rundir as rundir
-
-    real, saves = rundir._write_atomic, []
-
-    def full_on_second_save(path, data):
-        if Path(path).name == "last.ckpt":
-            saves.append(path)
-            if len(saves) == 2:
-                raise OSError(errno.ENOSPC, "No space left on device", str(path))
-        return real(path, data)
-
-    monkeypatch.setattr(rundir, "_write_atomic", full_on_second_save)
+    fail_writes(monkeypatch, "last.ckpt", errno.ENOSPC, nth=2)
     args = ["train", *tiny, "run.name=full", "trainer.max_epochs=2", "run.checkpoint_every_n_steps=1"]
     assert main(args) == 2
     err = capsys.readouterr().err
@@ -312,16 +328,7 @@ def test_a_full_disk_when_a_checkpoint_is_saved_is_one_line_and_keeps_the_last_g
 def test_an_os_error_of_any_kind_is_one_line_with_the_path_and_the_systems_words(tiny, monkeypatch, capsys):
     import errno
 
-    import poslab.rundir as rundir
-
-    real = rundir._write_atomic
-
-    def failing_disk(path, data):
-        if Path(path).name == "summary.json":
-            raise OSError(errno.EIO, "Input/output error", str(path))
-        return real(path, data)
-
-    monkeypatch.setattr(rundir, "_write_atomic", failing_disk)
+    fail_writes(monkeypatch, "summary.json", errno.EIO)
     assert main(["train", *tiny, "run.name=eio"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("poslab: error: cannot use ") and err.endswith("summary.json: input/output error\n")
@@ -331,17 +338,9 @@ def test_a_compare_run_that_meets_a_fault_is_one_line_not_a_traceback(tiny, tmp_
     """A faulty run in a grid is reported in a line (the others go on); tracebacks are for bugs only."""
     import errno
 
-    import poslab.rundir as rundir
     from poslab.compare import compare
 
-    real = rundir._write_atomic
-
-    def full(path, data):
-        if Path(path).name == "summary.json" and "/none-" in str(path):
-            raise OSError(errno.ENOSPC, "No space left on device", str(path))
-        return real(path, data)
-
-    monkeypatch.setattr(rundir, "_write_atomic", full)
+    fail_writes(monkeypatch, "summary.json", errno.ENOSPC, inside="/none-")
     lines: list[str] = []
     result = compare("vision", ["none", "learned2d"], 1, tiny, tmp_path / "reports", echo=lines.append)
     assert [o.status for o in result["outcomes"]] == ["failed", "trained"]

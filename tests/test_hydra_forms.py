@@ -32,3 +32,10 @@ def test_hydras_other_forms_are_one_line_naming_poslabs(override, message, capsy
     assert main(["train", f"run.root={tmp_path}", override]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and message in err
+
+
+@pytest.mark.parametrize("flag", ["-m", "--multirun"])
+def test_hydras_multirun_is_one_line_naming_poslabs_grid(flag, capsys):
+    assert main(["train", flag, "encoder=rope,alibi"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "-m / --multirun is Hydra's sweep; poslab runs a grid with `poslab compare" in err

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from poslab.errors import PoslabError, first_line
+from poslab.plugins import get_modality
 from poslab.report import find_summaries
 from poslab.report_figures import VAL_CURVE
 
@@ -54,8 +55,6 @@ def compare_summaries(compare_id: str, roots: Sequence[str | Path]) -> list:
 
 def plan_dashboard(compare_id: str, summaries: Sequence, entity: str | None = None, project: str | None = None):
     """The panels for these runs; ``entity`` / ``project`` default to the runs' own logger settings."""
-    from poslab.plugins import get_modality
-
     if not summaries:
         raise PoslabError(f"no finished runs of comparison {compare_id}")
     first = summaries[0]

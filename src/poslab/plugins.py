@@ -27,7 +27,7 @@ from typing import Any
 
 from poslab import entry_points
 from poslab.errors import ConfigError, did_you_mean
-from poslab.schema import EvalConfig
+from poslab.option_blocks import EvalConfig
 
 #: The package whose sub-packages are the built-in modalities (each registers itself on import).
 PACKAGE = "poslab.modalities"

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from poslab.errors import PoslabError
 from poslab.expectations import Expectation
+from poslab.plugins import get_modality
 from poslab.summary import read_summary
 
 if TYPE_CHECKING:
@@ -127,8 +128,6 @@ def group_runs(summaries: Iterable[dict]) -> list[Group]:
 
 def metric_columns(groups: Sequence[Group]) -> list[str]:
     """The modality's headline metrics first, then the metric families it lists as extra that the runs report."""
-    from poslab.plugins import get_modality
-
     modality = get_modality(groups[0].modality)
     present = {k for g in groups for r in g.runs for k in r["metrics"]}
     headline = [k for k in modality.headline if k in present]
@@ -157,8 +156,6 @@ def table(groups: Sequence[Group], columns: Sequence[str]) -> str:
 
 def modality_tables(modality: str, groups: Sequence[Group]) -> list[str]:
     """The Markdown lines of the modality's own tables (``Modality.report_tables``)."""
-    from poslab.plugins import get_modality
-
     tables = get_modality(modality).piece("report_tables")
     return tables(groups) if tables else []
 

@@ -14,6 +14,8 @@ from collections import defaultdict
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+from poslab.plugins import get_modality
+
 #: The validation metric a modality's training curve shows, in order of preference.
 VAL_CURVE = ("val/loss", "val/mse", "val/acc")
 
@@ -67,8 +69,6 @@ def training_curves(groups: Sequence):
 
 def figures(modality: str, groups: Sequence) -> Iterator[tuple[str, str, Any]]:
     """(file stem, caption, figure) for everything these runs can show: the modality's figures, then training."""
-    from poslab.plugins import get_modality
-
     pieces = get_modality(modality).piece("report_figures")
     candidates = [*(pieces(groups) if pieces else []), ("training", "training curves", lambda: training_curves(groups))]
     for stem, caption, draw in candidates:

@@ -33,6 +33,7 @@ from pathlib import Path
 
 from poslab.data.sources import source_modules
 from poslab.errors import ConfigError, PoslabError
+from poslab.plugins import available_modalities
 
 #: hook -> (the method to write, its signature, what it returns)
 HOOKS = {
@@ -256,8 +257,6 @@ register_modality(MODALITY)
 def new_modality(name: str, root: Path | str = ".") -> list[Path]:
     """Write a working modality ``name`` under ``root`` from the template; a one-line error for a bad name,
     a modality that exists or a file that does (nothing is written then)."""
-
-    from poslab.plugins import available_modalities
 
     _check_name(name, "modality")
     if name in available_modalities():

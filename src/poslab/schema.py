@@ -17,6 +17,7 @@ from typing import Annotated, Any, Literal, Optional, Union
 
 from omegaconf import MISSING
 
+from poslab.option_blocks import EvalConfig, ModelConfig  # noqa: F401  (re-exported: modalities extend them)
 from poslab.options import option_fields
 from poslab.ranges import AT_LEAST_0, AT_LEAST_1, FRACTION, POSITIVE, SEED, Range  # noqa: F401  (re-exported)
 from poslab.trainer_schema import trainer_schema
@@ -75,21 +76,6 @@ class SchedConfig:
     (:data:`poslab.optimizers.SCHEDULES`); one-cycle is torch's ``OneCycleLR``."""
 
     name: Literal["one_cycle", "constant", "cosine", "linear"] = "one_cycle"
-
-
-@dataclass
-class EvalConfig:
-    """``poslab eval``: the checkpoint to re-evaluate. A modality's eval schema extends it (its probes)."""
-
-    ckpt: Optional[str] = None  # set by `poslab eval ckpt=PATH`
-
-
-@dataclass
-class ModelConfig:
-    """The key every model shares; a modality's model schema extends it with its architecture."""
-
-    #: torch.compile the backbone: pays a compile up front (docs/clusters.md, "`model.compile`")
-    compile: bool = False
 
 
 def encoder_schema(name: str) -> type:

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from poslab.plugins import get_modality
+
 
 def build_datamodule(cfg: Any, train_cfg: Any = None):
     """The Lightning data module serving ``cfg.data.name`` in ``cfg.modality``.
@@ -17,7 +19,5 @@ def build_datamodule(cfg: Any, train_cfg: Any = None):
     ``train_cfg``: the config a checkpoint was trained with, when evaluating it
     on other data (the data module decides what it needs from it).
     """
-    from poslab.plugins import get_modality
-
     cls = get_modality(cfg.modality).datamodule_class(cfg.data.name)
     return cls.from_config(cfg, train_cfg)

@@ -16,6 +16,7 @@ import pkgutil
 from collections.abc import Iterable
 
 from poslab import entry_points
+from poslab.plugins import available_modalities, get_modality
 
 
 def discover(package: str, path: Iterable[str]) -> None:
@@ -29,8 +30,6 @@ def discover(package: str, path: Iterable[str]) -> None:
 def source_modules() -> dict[str, object]:
     """Modality name -> its ``sources`` package, for every modality that reads datasets: the ``sources``
     package beside its data module, so a plugin's modality (its own package) carries datasets too."""
-    from poslab.plugins import available_modalities, get_modality
-
     found = {}
     for modality in available_modalities():
         ref = get_modality(modality).datamodule

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from poslab.plugins import get_modality
+
 
 def task_class(modality: str, name: str):
-    from poslab.plugins import get_modality
-
     return get_modality(modality).task_class(name)
 
 
