@@ -143,3 +143,13 @@ def test_a_run_root_that_cannot_be_locked_is_one_line(tmp_path, monkeypatch, mod
     with pytest.raises(ConfigError, match=rf"^cannot lock {tmp_path / target}: {cause}; the run root must allow"):
         with exclusive(tmp_path):
             pass
+
+
+@pytest.mark.parametrize("value", ["abc", "0", "-5", "inf"])
+def test_a_bad_stale_time_is_one_line(tmp_path, monkeypatch, value):
+    monkeypatch.setenv("POSLAB_LOCKS", "files")
+    monkeypatch.setenv("POSLAB_LOCK_STALE_S", value)
+    (tmp_path / locks.HELD).write_text("node017 4242\n")
+    with pytest.raises(ConfigError, match=rf"^POSLAB_LOCK_STALE_S='{value}' must be a number of seconds > 0$"):
+        with exclusive(tmp_path):
+            pass

@@ -31,11 +31,13 @@ def test_the_longest_match_wins_and_nodes_cover_their_keys():
     assert not rule("encoder.base").evaluate and rule("data.image_size").evaluate
     assert rule("run.name").resume and not rule("runs").resume  # whole components only
     assert rule("seed").computes and not rule("logger.project").computes
+    assert not rule("data.root").computes and rule("data.name").computes  # where the files are, not which
 
 
 def test_the_error_lines_are_written_from_the_table():
     assert policy.changeable_on_resume() == (
-        "model.compile, trainer.max_steps, trainer.max_epochs, trainer.max_time, trainer.enable_progress_bar and run.*"
+        "model.compile, trainer.max_steps, trainer.max_epochs, trainer.max_time, trainer.enable_progress_bar, "
+        "data.root and run.*"
     )
     stored = to_dict(compose([]))
     with pytest.raises(ConfigError) as caught:

@@ -31,7 +31,7 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from poslab.compare import plan
-from poslab.config import compose, option_rows
+from poslab.config import compose, config_hash, option_rows, to_dict
 from poslab.config_files import config_dirs, load_yaml, modality_positions
 from poslab.entry_points import entry_points, plugin_config_dirs, plugin_packages
 from poslab.plugins import available_modalities
@@ -117,13 +117,20 @@ def measured_verdicts(
     name: str, modality: str, expect: list[str], echo: Callable[[str], None] = print
 ) -> dict[str, Any] | None:
     """The experiment's expectations (as its YAML states them now) checked on its grid's runs under the run
-    root, or None when a run of the grid (as the configs compose it now) is missing."""
+    root, or None when a run of the grid (as the configs compose it now) is missing. A run counts by what it
+    computes (its config's hash), not by its folder's name: one made with ``data.root=../shared/data``, or
+    before a YAML stopped restating a default, is the same run."""
+    grid = plan(modality, None, None, [f"experiment={name}"])
+    finished = {}
+    for path in sorted((Path(grid[0][2].run.root) / modality).glob("*/summary.json")):
+        summary = read_summary(path)
+        finished[config_hash(summary["config"], ignore=("run",))] = summary
     summaries = []
-    for _label, _seed, cfg in plan(modality, None, None, [f"experiment={name}"]):
-        path = Path(cfg.run.root) / modality / cfg.run.name / "summary.json"
-        if not path.exists():
+    for _label, _seed, cfg in grid:
+        found = finished.get(config_hash(to_dict(cfg), ignore=("run",)))
+        if found is None:
             return None
-        summaries.append(read_summary(path))
+        summaries.append(found)
     rows = check_expectations(group_runs(summaries), expect)
     dates = sorted(str(s.get("created", ""))[:10] for s in summaries)
     echo(f"poslab docs: {name}: {sum(r[2] is True for r in rows)} of {len(rows)} expectations held")

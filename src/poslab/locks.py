@@ -8,7 +8,7 @@ Two ways to hold ``<run dir>/.lock``, chosen by ``POSLAB_LOCKS``:
 * ``files``: an exclusive file, ``.lock.held``, created with ``O_CREAT | O_EXCL`` (atomic on NFSv3+, Lustre,
   GPFS) and holding ``host pid``. Its holder touches it every :data:`HEARTBEAT_S` seconds. A holder on this
   host that no longer runs is taken over at once; one on another host cannot be checked from here, so it is
-  refused with its name and how to clear it until its file is :data:`STALE_S` seconds old (a node that died
+  refused with its name and how to clear it until its file is :func:`stale_seconds` old (a node that died
   stops touching it), then taken over. A takeover happens under a second exclusive file
   (``.lock.steal``), so two processes finding the same stale holder cannot both take it. Use this mode
   where ``flock`` succeeds but locks only the node it runs on (NFS mounted with ``local_lock=all``).
@@ -39,11 +39,24 @@ HELD = ".lock.held"
 STEAL = ".lock.steal"
 #: How often a lock file's holder touches it, and the age at which a holder (on any host) counts as gone.
 HEARTBEAT_S = 30.0
-STALE_S = float(os.environ.get("POSLAB_LOCK_STALE_S", 600))
+STALE_S = 600.0
+STALE_ENV = "POSLAB_LOCK_STALE_S"
 
 
 class RunInUse(ConfigError):
     """Another process is training in this run directory."""
+
+
+def stale_seconds() -> float:
+    """How long an untouched lock file's holder counts as alive (``POSLAB_LOCK_STALE_S``, default 600)."""
+    raw = os.environ.get(STALE_ENV, "") or str(STALE_S)
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not value > 0 or value == float("inf"):
+        raise ConfigError(f"{STALE_ENV}={raw!r} must be a number of seconds > 0")
+    return value
 
 
 def mode() -> str:
@@ -156,9 +169,10 @@ def _take_file(run_dir: Path) -> None:
                 _take_over(run_dir, holder)
                 continue
             if holder is not None and holder[0] != socket.gethostname():
+                after = stale_seconds()
                 raise RunInUse(
                     f"run directory {run_dir} is held by pid {holder[1]} on {holder[0]} ({path}); it is taken over "
-                    f"once that node stops touching it for {STALE_S:.0f} s; if that process is gone, remove {path}"
+                    f"once that node stops touching it for {after:.0f} s; if that process is gone, remove {path}"
                 ) from None
             shown = f"pid {holder[1]}" if holder else "?"
             raise RunInUse(f"run directory {run_dir} is in use by another poslab process ({shown})") from None
@@ -173,7 +187,7 @@ def _take_file(run_dir: Path) -> None:
 def _gone(path: Path, holder: tuple[str, int]) -> bool:
     """Its process has ended (this host), or its heartbeat stopped (any host: a recycled pid too)."""
     try:
-        stale = time.time() - path.stat().st_mtime > STALE_S
+        stale = time.time() - path.stat().st_mtime > stale_seconds()
     except OSError:
         return True  # removed meanwhile: free
     return stale or not _alive(*holder)
@@ -186,7 +200,7 @@ def _take_over(run_dir: Path, stale: tuple[str, int]) -> None:
     try:
         fd = os.open(steal, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     except FileExistsError:
-        if time.time() - _mtime(steal) > STALE_S:  # a takeover that died halfway
+        if time.time() - _mtime(steal) > stale_seconds():  # a takeover that died halfway
             steal.unlink(missing_ok=True)
         return
     try:

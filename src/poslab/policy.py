@@ -34,6 +34,7 @@ POLICY = (
     KeyRule("trainer.max_epochs", resume=True),
     KeyRule("trainer.max_time", resume=True),
     KeyRule("trainer.enable_progress_bar", resume=True, computes=False),
+    KeyRule("data.root", resume=True, computes=False),  # where the files are kept (verified by checksum), not what
     KeyRule("run.*", resume=True, computes=False),
     KeyRule("resume", resume=True, computes=False),
     KeyRule("logger.*", computes=False),
