@@ -330,6 +330,11 @@ def _yaml_nodes_and_schemas():
             yield path, "sched", node.sched, SchedConfig
 
 
+#: What a trainer preset sets in full, defaults included: `poslab eval ... trainer=cpu` on a DDP run's checkpoint
+#: recomposes the stored config under the preset, which must put strategy and nodes back.
+DEVICE_SETTINGS = ("accelerator", "devices", "num_nodes", "strategy", "precision")
+
+
 def test_no_yaml_restates_a_value_its_code_declares():
     """Code declares, YAML overrides: train.yaml, every modality, trainer and logger preset holds only values
     that differ from the declared default (a constructor's, a dataclass's, Lightning's or torch.optim's)."""
@@ -338,6 +343,8 @@ def test_no_yaml_restates_a_value_its_code_declares():
         if path.parent.name == "experiment":
             continue  # an experiment overrides its modality's values: the next test
         found = _restated_defaults(node, schema, f"{key}.")
+        if path.parent.name == "trainer":  # a preset states every device setting: it replaces another's
+            found = [k for k in found if k.split(".")[-1] not in DEVICE_SETTINGS]
         restated += [f"{path.parent.name}/{path.name}: {k}" for k in found if not k.endswith(".name")]
     assert not restated, restated
 
@@ -364,3 +371,10 @@ def test_an_experiment_sets_only_values_that_differ_from_its_modalitys(path):
             if held == value:
                 same.append(key)
     assert not same, f"{path.name} repeats what its modality already sets: {same}"
+
+
+def test_a_device_preset_over_a_stored_ddp_config_puts_strategy_and_nodes_back():
+    """`poslab eval ckpt=<a DDP run's> trainer=cpu` evaluates in this process: not as DDP over 2 nodes."""
+    stored = to_dict(compose(["trainer=ddp", "trainer.num_nodes=2", "trainer.devices=2"]))
+    again = recompose(stored, ["trainer=cpu"])
+    assert (again.trainer.strategy, again.trainer.num_nodes, again.trainer.devices) == ("auto", 1, 1)

@@ -171,6 +171,18 @@ def _eval(args: argparse.Namespace) -> int:
 
 
 def _compare(args: argparse.Namespace) -> int:
+    """A signal before the grid starts (while its modules load) says how to continue, as one inside it does."""
+    try:
+        return _compare_grid(args)
+    except RunInterrupted as exc:
+        if "poslab compare" in str(exc):
+            raise
+        raise RunInterrupted(
+            f"{exc}; rerun the same `poslab compare` command to continue the grid", exc.exit_code - 128
+        ) from None
+
+
+def _compare_grid(args: argparse.Namespace) -> int:
     from omegaconf import OmegaConf
 
     from poslab.compare import compare
