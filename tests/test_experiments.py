@@ -27,6 +27,25 @@ def test_every_experiment_composes_and_its_expectations_parse(name):
         Expectation.parse(text)
 
 
+@pytest.mark.parametrize("name", EXPERIMENTS)
+def test_every_expectation_names_runs_of_its_experiments_grid(name):
+    """An encoder or variant an expectation names (either side, or excluded) is a label of the grid, or an
+    encoder with variants there: a typo would leave the expectation unchecked in every report."""
+    from poslab.compare import plan
+
+    cfg = compose([f"experiment={name}"])
+    if not cfg.expect:
+        pytest.skip(f"{name} states no expectation")
+    labels = {label for label, _, _ in plan(cfg.modality, None, 1, [f"experiment={name}"])}
+    known = labels | {label.split("/")[0] for label in labels}
+    for text in cfg.expect:
+        e = Expectation.parse(text)
+        named = [*e.encoders, *e.excluded]
+        if e.rhs_metric and ":" in e.rhs_metric:
+            named.append(e.rhs_metric.split(":", 1)[0])
+        assert set(named) <= known, f"{text!r} names {sorted(set(named) - known)}, not in {sorted(labels)}"
+
+
 @pytest.mark.slow
 def test_a_sweep_is_the_comparison_grid_with_the_tasks_metric(capsys):
     """Derived from the experiment and the registry: `all` takes every fitting encoder, a new one with no edit."""
@@ -69,6 +88,8 @@ def test_expectations_check_numbers_ratios_and_other_encoders():
     assert variant.check({"lengen/acc@2x": 0.5}, {"rope/plain": {"lengen/acc@2x": 0.2}})[0] is True
     assert every_but_none.applies_to("rope/plain") and not every_but_none.applies_to("none/randomized")
     assert Expectation.parse("rope: test/acc > 0").applies_to("rope/randomized")  # an encoder covers its variants
+    but_one = Expectation.parse("*-rnope/swa: lengen/acc@8x < 0.5 * lengen/acc@1x")  # all but one variant
+    assert but_one.applies_to("rnope") and not but_one.applies_to("rnope/swa")
     cross = Expectation.parse("cyclic: test/mse < rope:test/mse")
     assert cross.check({"test/mse": 0.1}, {"rope": {"test/mse": 0.2}})[0] is True
     with pytest.raises(ConfigError, match="is not"):

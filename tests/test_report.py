@@ -323,6 +323,36 @@ def test_variants_run_every_encoder_once_each_and_label_the_report(tmp_path):
     assert ("rope/randomized: lengen/token_acc@2x > rope/plain:lengen/token_acc@2x", "rope/plain") not in held
 
 
+def test_an_encoders_own_variant_runs_beside_its_default_and_only_for_it():
+    """``<encoder>/<name>`` in compare_variants: that encoder runs once more with the variant's overrides (its
+    own label, run name and W&B group); the other encoders run once, unlabelled."""
+    from poslab.loggers import wandb_group
+
+    grid = plan("video", ["rope", "mrope", "hope"], 1, ["experiment=motion"])
+    by_label = {label: cfg for label, _, cfg in grid}
+    assert list(by_label) == ["rope", "mrope", "mrope/interleaved", "hope", "hope/scaled"]
+    assert (by_label["mrope"].encoder.interleaved, by_label["mrope/interleaved"].encoder.interleaved) == (False, True)
+    assert by_label["mrope/interleaved"].encoder.base == by_label["mrope"].encoder.base == 100.0  # encoder_options
+    assert list(by_label["hope/scaled"].data.temporal_scales) == [0.5, 0.75, 1.0, 1.25, 1.5]
+    assert not by_label["hope"].data.temporal_scales and by_label["hope"].variant is None
+    assert by_label["mrope/interleaved"].run.name.startswith("mrope-interleaved-s0-")
+    assert wandb_group(by_label["mrope/interleaved"]) == "video-classification-motion-mrope-interleaved"
+
+
+@pytest.mark.parametrize(
+    ("variants", "error"),
+    [
+        ("{mrop/interleaved: []}", "compare_variants 'mrop/interleaved' names no encoder 'mrop' of this modality"),
+        ("{rope/: []}", "an encoder's own variant is '<encoder>/<name>'"),
+        ("{rope/a/b: []}", "an encoder's own variant is '<encoder>/<name>'"),
+        ("{fast: [], rope/fast: []}", "'fast' is a variant of every encoder already"),
+    ],
+)
+def test_a_bad_own_variant_is_one_line(variants, error):
+    with pytest.raises(ConfigError, match=error.replace("(", r"\(")):
+        plan("video", ["rope"], 1, [f"compare_variants={variants}"])
+
+
 def test_a_broken_or_incomplete_summary_is_skipped_with_a_line_naming_it(tmp_path):
     runs = tmp_path / "runs"
     good = fake_summary(runs, "alibi", 0, {"val/loss": 1.0})

@@ -325,8 +325,8 @@ TRIED: dict[tuple[str, str], list[typing.Any]] = {
     ("rnope", "window"): [None, 4],
     ("ssmax", "init_scale"): [None, 0.5],  # None: 1 / log of the context
     ("ssmax", "max_len"): [64, 16],  # sets s's start when init_scale is None
-    ("temperature", "floor_scale"): [None, 4],  # None: the context (64, past the 16 sample tokens)
-    ("temperature", "max_len"): [64, 4],  # the floor scale when floor_scale is None
+    ("temperature", "floor_scale"): [None, 4],  # None: 1/32 of the context (2)
+    ("temperature", "max_len"): [64, 4],  # the floor scale when floor_scale is None: 2 or 1
     ("timefeatures", "step_seconds"): [3600, 60],
     ("t5", "max_distance"): [128, 16],  # 16 tokens' distances fall in other log buckets only below 128
     ("videorope", "temporal_pairs"): [None, 4],  # None: a quarter of the pairs, 2
@@ -336,7 +336,7 @@ TRIED: dict[tuple[str, str], list[typing.Any]] = {
 
 #: Options set along with one tried, so that the tried one acts on the 16 sample tokens.
 ALONG: dict[tuple[str, str], dict[str, typing.Any]] = {
-    ("temperature", "attn_scale"): {"floor_scale": 4},  # 1 before the floor scale (the context, 64)
+    ("temperature", "attn_scale"): {"floor_scale": 4},  # 1 before the floor scale
     ("gemma3", "global_base"): {"global_every": 2},  # a global layer among the 4
     ("xpos", "blockwise"): {"max_len": 4},  # blocks of 4 among the 16 sample tokens (64: one block)
     ("xpos", "max_len"): {"blockwise": True},

@@ -124,7 +124,6 @@ def test_missing_position_field_is_a_clear_error():
 
 #: Encoders that carry no position inside the training context by design, and why.
 BLIND_INSIDE_THE_CONTEXT = {
-    "temperature": "Llama 4's query scale is 1 before floor_scale (the context): NoPE there",
     "drope": "an evaluated DroPE model has dropped its rotation (test_drope.py checks it rotates in training)",
 }
 

@@ -84,6 +84,25 @@ def test_llama4_temperature_at_named_positions(position, factor):
     assert enc.factor(torch.tensor([position]))[0].item() == pytest.approx(factor, rel=1e-6)
 
 
+@pytest.mark.parametrize(
+    ("max_len", "position", "factor"),
+    [
+        (64, 0, 1.0),
+        (64, 1, 1 + 0.1 * math.log(2)),  # F = 64 / 32 = 2: the second token already past the first step
+        (64, 63, 1 + 0.1 * math.log(33)),
+        (4096, 126, 1.0),  # F = 128
+        (4096, 127, 1 + 0.1 * math.log(2)),
+        (None, 8190, 1.0),  # no context known: Llama 4's own F, 8,192
+        (None, 8191, 1 + 0.1 * math.log(2)),
+    ],
+)
+def test_llama4_temperature_floor_defaults_to_llama4s_ratio_to_the_context(max_len, position, factor):
+    """Llama 4: F = 8,192 against a 256K-token training context; left unset, F keeps that ratio (1/32), so the
+    temperature acts inside the training context (F = the context would keep it at 1 there)."""
+    enc = build_encoder("temperature", dim=8, num_heads=1, max_len=max_len)
+    assert enc.factor(torch.tensor([position]))[0].item() == pytest.approx(factor, rel=1e-6)
+
+
 def test_irope_with_temperature_scales_only_its_nope_layer():
     """``rope,rope,rope,temperature``: layers 0-2 attend with RoPE, layer 3 with q·k scaled by the temperature
     of each query's position (F = 4 makes it visible in 12 tokens)."""
