@@ -102,6 +102,7 @@ def experiments() -> dict[str, dict[str, Any]]:
             found[path.stem] = {
                 "modality": (raw.get("defaults") or {}).get("modality", ""),
                 "encoders": list(raw.get("compare_encoders") or []),
+                "variants": list(raw.get("compare_variants") or {}),
                 "expect": list(raw.get("expect") or []),
                 "about": about,
             }
@@ -235,12 +236,21 @@ def experiments_block(verdicts: dict[str, Any]) -> str:
             [
                 f"`{name}`",
                 spec["modality"],
-                ", ".join(f"`{e}`" for e in spec["encoders"]) or "—",
+                grid_cell(spec["encoders"], spec["variants"]),
                 spec["about"].replace("|", "\\|"),
                 ("<br>".join(lines) or "—") + when,
             ]
         )
     return table(["experiment", "modality", "encoders", "what it tests", "expected → verdict (measured)"], rows)
+
+
+def grid_cell(encoders: list[str], variants: list[str]) -> str:
+    """The encoders, each followed by its own variants (``mrope/interleaved``); × the shared variants."""
+    own = [v for v in variants if "/" in v]
+    shared = [v for v in variants if "/" not in v]
+    names = [n for e in encoders for n in (e, *(v for v in own if v.split("/")[0] == e))]
+    listed = ", ".join(f"`{n}`" for n in names) or "—"
+    return f"{listed} × {', '.join(f'`{v}`' for v in shared)}" if shared else listed
 
 
 def blocks(verdicts: dict[str, Any]) -> dict[str, str]:
