@@ -32,9 +32,10 @@ def test_every_encoder_and_experiment_has_its_row(generated):
     for name in docs.experiments():
         assert f"| `{name}` |" in generated["experiments"], name
     assert "| `stickbreaking` | Tan et al. 2025 | `attention_weights` | — |" in generated["encoders"]
-    assert "| `needle` | text | `none`, `sinusoidal`, `rope`, `alibi`, `t5`, `rnope`, `rnope/swa` |" in generated[
-        "experiments"
-    ]  # an encoder's own variant beside it
+    assert (
+        "| `needle` | text | `none`, `sinusoidal`, `rope`, `alibi`, `t5`, `rnope`, `rnope/swa` |"
+        in generated["experiments"]
+    )  # an encoder's own variant beside it
     assert "| `learned`, `sinusoidal`, `rope` × `plain`, `randomized` |" in generated["experiments"]  # shared ones
 
 

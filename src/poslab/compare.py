@@ -23,7 +23,7 @@ from typing import Any
 
 from poslab import interrupts
 from poslab.config import ALL_ENCODERS, compose, config_hash, to_dict
-from poslab.errors import ConfigError, did_you_mean, PoslabError, RunInterrupted, first_line, os_error_line
+from poslab.errors import ConfigError, PoslabError, RunInterrupted, did_you_mean, first_line, os_error_line
 from poslab.grid import SharedGrid
 from poslab.plugins import get_modality
 from poslab.report import build_report, check_expectations, find_summaries, group_runs, metric_columns
@@ -66,9 +66,8 @@ def split_variants(
         if not name or "/" in name:
             raise ConfigError(f"compare_variants '{key}': an encoder's own variant is '<encoder>/<name>'")
         if encoder not in fitting and not _combination_of(encoder, fitting):
-            raise ConfigError(
-                f"compare_variants '{key}' names no encoder '{encoder}' of this modality{did_you_mean(encoder, fitting)}"
-            )
+            hint = did_you_mean(encoder, fitting)
+            raise ConfigError(f"compare_variants '{key}' names no encoder '{encoder}' of this modality{hint}")
         if name in shared:
             raise ConfigError(f"compare_variants '{key}': '{name}' is a variant of every encoder already")
         own.setdefault(encoder, {})[name] = changes

@@ -103,7 +103,8 @@ def test_rope2d_mixed_attends_with_each_heads_learned_frequencies(scale, layout,
     fx, fy = encoder.freqs.detach().double()  # [H, P] each
     magnitude = 1.0 / base ** (4.0 * torch.arange(HEAD_DIM // 4, dtype=torch.float64) / HEAD_DIM)
     torch.testing.assert_close(torch.hypot(fx, fy), torch.cat((magnitude, magnitude)).expand(HEADS, -1))
-    quarter_turn = torch.atan2(fy[:, PAIRS // 2 :], fx[:, PAIRS // 2 :]) - torch.atan2(fy[:, : PAIRS // 2], fx[:, : PAIRS // 2])
+    direction = torch.atan2(fy, fx)
+    quarter_turn = direction[:, PAIRS // 2 :] - direction[:, : PAIRS // 2]
     torch.testing.assert_close(torch.remainder(quarter_turn, 2 * math.pi), torch.full_like(quarter_turn, math.pi / 2))
     pos, rows, cols = grid_2d(scale)
     angles = cols[None, :, None] * fx[:, None, :] + rows[None, :, None] * fy[:, None, :]  # [H, L, P]
@@ -123,7 +124,10 @@ def test_rope3d_gives_each_axis_its_own_ladder(scale, layout, sections, split, b
     (4, 2, 2), the remainder to t."""
     pos, t, rows, cols = grid_3d(scale)
     angles = torch.cat(
-        [p[:, None] * base ** (-torch.arange(n, dtype=torch.float64) / n) for p, n in zip((t, rows, cols), split)],
+        [
+            p[:, None] * base ** (-torch.arange(n, dtype=torch.float64) / n)
+            for p, n in zip((t, rows, cols), split, strict=True)
+        ],
         dim=-1,
     )
     encoder = build_encoder("rope3d", dim=DIM, num_heads=HEADS, base=base, layout=layout, sections=sections)
@@ -138,7 +142,7 @@ def test_mrope_cuts_one_ladder_into_time_row_and_column_blocks(scale, layout, se
     sections[0] pairs turn with the frame, the next sections[1] with the row, the last with the column;
     null sections are [1/4, 3/8, 3/8] of the pairs, h = w = ⌊3·8/8⌋ = 3."""
     pos, t, rows, cols = grid_3d(scale)
-    follows = torch.cat([p[:, None].expand(-1, n) for p, n in zip((t, rows, cols), split)], dim=-1)
+    follows = torch.cat([p[:, None].expand(-1, n) for p, n in zip((t, rows, cols), split, strict=True)], dim=-1)
     encoder = build_encoder("mrope", dim=DIM, num_heads=HEADS, base=100.0, layout=layout, sections=sections)
     check_rotary_attention(encoder, pos, follows * ladder(100.0), layout)
 
