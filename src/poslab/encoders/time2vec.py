@@ -39,9 +39,11 @@ class Time2Vec(PositionEncoder):
 
     def features(self, times: torch.Tensor) -> torch.Tensor:
         seconds = times.long()
-        absolute = ((seconds - EPOCH_2000).double() / DAY).float()
+        absolute = (seconds - EPOCH_2000).double() / DAY
         relative = ((seconds - seconds[..., :1]).double() / DAY).float()
-        periodic = torch.sin(absolute[..., None] * self.omega + self.phi)
+        # float64 angles: ω·τ reaches 10⁵ rad (half-day period, 24 years of days), where float32 is 0.008 rad coarse
+        angles = absolute[..., None] * self.omega.double() + self.phi.double()
+        periodic = torch.sin(torch.remainder(angles, 2 * math.pi)).float()
         trend = self.linear[0] * relative + self.linear[1]
         return torch.cat((trend[..., None], periodic), dim=-1)
 
