@@ -14,12 +14,13 @@ from poslab.train import train
 from tests.encoders.test_attention_computes import DIM, HEADS, check_layers, model_with, plain_scores, rotary_scores
 
 
+@pytest.mark.parametrize("layout", ["half", "interleaved"])
 @pytest.mark.parametrize(("progress", "rotated"), [(0.0, True), (0.7, True), (0.75, False), (0.9, False)])
-def test_training_attention_is_ropes_until_the_last_fraction_then_has_no_position(progress, rotated):
-    encoder = build_encoder("drope", dim=DIM, num_heads=HEADS, base=100.0, recalibrate=0.25)
+def test_training_attention_is_ropes_until_the_last_fraction_then_has_no_position(progress, rotated, layout):
+    encoder = build_encoder("drope", dim=DIM, num_heads=HEADS, base=100.0, recalibrate=0.25, layout=layout)
     encoder.train_progress(progress)
     model = model_with(encoder, depth=2)
-    scores = (lambda q, k: rotary_scores(q, k, 100.0, "half")) if rotated else plain_scores
+    scores = (lambda q, k: rotary_scores(q, k, 100.0, layout)) if rotated else plain_scores
     check_layers(model, lambda _: scores, causal=True)
 
 

@@ -42,7 +42,7 @@ def check_fox_layers(model, encoder, causal: bool, base_scores=plain_scores) -> 
     x = torch.randn(2, LENGTH, DIM)
     pos = Positions(steps=torch.arange(LENGTH))
     for index, ((inputs, out), block) in enumerate(zip(recorded_attention(model, x, pos), model.blocks, strict=True)):
-        gate = encoder.gates[index]
+        gate = encoder.gates[index if len(encoder.gates) > 1 else 0]  # one gate shared by every layer: depth None
         extra = forget_bias(inputs, gate.weight.detach(), gate.bias.detach(), causal)
         expected = attention_from_scores(block.attn, inputs, lambda q, k, d=extra: base_scores(q, k) + d, causal)
         torch.testing.assert_close(out.double(), expected, rtol=2e-4, atol=2e-5, msg=f"layer {index}")
@@ -62,6 +62,12 @@ def test_each_layer_decays_by_its_own_gates_of_its_own_input(causal):
     encoder = randomised(build_encoder_in_context("fox", dim=DIM, num_heads=HEADS, options={}, context={"depth": 3}))
     assert len(encoder.gates) == 3 and not torch.equal(encoder.gates[0].weight, encoder.gates[1].weight)
     check_fox_layers(model_with(encoder, depth=3, causal=causal), encoder, causal)
+
+
+def test_without_a_depth_one_gate_serves_every_layer_on_that_layers_input():
+    encoder = randomised(build_encoder("fox", dim=DIM, num_heads=HEADS))
+    assert len(encoder.gates) == 1
+    check_fox_layers(model_with(encoder, depth=3, causal=True), encoder, True)
 
 
 def test_fox_with_rope_adds_the_decay_to_ropes_scores():

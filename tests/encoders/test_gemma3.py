@@ -38,16 +38,18 @@ def gemma(**options):
     return build_encoder("gemma3", dim=DIM, num_heads=HEADS, **{**defaults, **options})
 
 
+@pytest.mark.parametrize("layout", ["half", "interleaved"])
 @pytest.mark.parametrize("global_every", [6, 2])
-def test_local_layers_are_windowed_rope_at_their_base_and_global_layers_see_every_token_at_theirs(global_every):
+def test_local_layers_are_windowed_rope_at_their_base_and_global_layers_see_every_token_at_theirs(global_every, layout):
     hidden = outside_window(LENGTH, 3, causal=True)
 
     def scores_of_layer(index):
         if (index + 1) % global_every == 0:
-            return lambda q, k: rotary_scores(q, k, 10000.0, "half")
-        return lambda q, k: rotary_scores(q, k, 100.0, "half").masked_fill(hidden, float("-inf"))
+            return lambda q, k: rotary_scores(q, k, 10000.0, layout)
+        return lambda q, k: rotary_scores(q, k, 100.0, layout).masked_fill(hidden, float("-inf"))
 
-    check_layers(model_with(gemma(global_every=global_every), depth=6), scores_of_layer, causal=True)
+    model = model_with(gemma(global_every=global_every, layout=layout), depth=6)
+    check_layers(model, scores_of_layer, causal=True)
 
 
 def test_an_extension_rescales_the_global_layers_only():

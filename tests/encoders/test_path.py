@@ -68,23 +68,22 @@ def randomised(encoder):
 
 @pytest.mark.parametrize("causal", [True, False])
 @pytest.mark.parametrize("conv", [True, False])
-def test_each_layers_logits_are_the_accumulated_householder_products(causal, conv):
+@pytest.mark.parametrize(("rank", "depth"), [(8, 2), (32, 2), (8, None)])  # None: one set shared by the layers
+def test_each_layers_logits_are_the_accumulated_householder_products(causal, conv, rank, depth):
+    context = {"bidirectional": not causal, **({"depth": depth} if depth else {})}
     encoder = randomised(
         build_encoder_in_context(
-            "path",
-            dim=DIM,
-            num_heads=HEADS,
-            options={"rank": 8, "conv": conv},
-            context={"depth": 2, "bidirectional": not causal},
+            "path", dim=DIM, num_heads=HEADS, options={"rank": rank, "conv": conv}, context=context
         )
     )
+    assert len(encoder.gates) == (depth or 1)
     model = model_with(encoder, depth=2, causal=causal)
     torch.manual_seed(1)
     x = torch.randn(2, LENGTH, DIM)
     for index, ((inputs, out), block) in enumerate(
         zip(recorded_attention(model, x, Positions(steps=torch.arange(LENGTH))), model.blocks, strict=True)
     ):
-        w, beta = reference_w_beta(encoder.gates[index], inputs, conv)
+        w, beta = reference_w_beta(encoder.gates[index if depth else 0], inputs, conv)
         scores = lambda q, k, w=w, beta=beta: path_scores(q, k, w, beta, causal)  # noqa: E731
         expected = attention_from_scores(block.attn, inputs, scores, causal)
         torch.testing.assert_close(out.double(), expected, rtol=2e-4, atol=2e-5, msg=f"layer {index}")
