@@ -18,6 +18,15 @@ from poslab.positions import readable, steps_end
 from poslab.ranges import NonNegative, OptionalCount
 
 
+def init_table(table: torch.Tensor, std: float) -> None:
+    """ViT's truncated-normal start (timm ``trunc_normal_(std=.02)``); std 0 starts at zeros (the truncation
+    would divide by it)."""
+    if std > 0:
+        nn.init.trunc_normal_(table, std=std)
+    else:
+        nn.init.zeros_(table)
+
+
 class PositionOutOfRange(PoslabError):
     """A position past what the encoder can represent (e.g. a learned table)."""
 

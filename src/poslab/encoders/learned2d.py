@@ -20,6 +20,7 @@ from torch import nn
 
 from poslab.encoders.base import PositionEncoder
 from poslab.encoders.grid import sample_grid_table, split_coords
+from poslab.encoders.learned import init_table
 from poslab.encoders.registry import register_encoder
 from poslab.errors import PoslabError
 from poslab.positions import Positions, readable
@@ -43,7 +44,7 @@ class Learned2D(PositionEncoder):
             raise PoslabError("learned2d needs encoder.grid_size (the training patch grid)")
         self.grid_size = (int(grid_size[0]), int(grid_size[1]))
         self.table = nn.Parameter(torch.empty(*self.grid_size, dim))
-        nn.init.trunc_normal_(self.table, std=init_std)
+        init_table(self.table, init_std)
 
     def lookup(self, coords: torch.Tensor, grid: tuple[int, int] | None = None) -> torch.Tensor:
         """Embedding of each (row, col): exact rows at integer cells, bicubic between.

@@ -19,6 +19,7 @@ from torch import nn
 
 from poslab.encoders.base import PositionEncoder
 from poslab.encoders.grid import sample_grid_table, split_coords3d
+from poslab.encoders.learned import init_table
 from poslab.encoders.registry import register_encoder
 from poslab.errors import PoslabError
 from poslab.positions import Positions, readable
@@ -64,8 +65,8 @@ class Learned3D(PositionEncoder):
         self.time_table = nn.Parameter(torch.empty(self.frames, dim))
         self.space_table = nn.Parameter(torch.empty(*self.grid_size, dim))
         # MAE-ST initialises both tables with trunc_normal_(std=0.02).
-        nn.init.trunc_normal_(self.time_table, std=init_std)
-        nn.init.trunc_normal_(self.space_table, std=init_std)
+        init_table(self.time_table, init_std)
+        init_table(self.space_table, init_std)
 
     @property
     def sizes(self) -> tuple[int, int, int]:
