@@ -137,20 +137,22 @@ def test_rope3d_gives_each_axis_its_own_ladder(scale, layout, sections, split, b
 @pytest.mark.parametrize("scale", SCALES)
 @pytest.mark.parametrize("layout", ["half", "interleaved"])
 @pytest.mark.parametrize(("sections", "split"), [(None, (2, 3, 3)), ([4, 2, 2], (4, 2, 2)), ([2, 2, 4], (2, 2, 4))])
-def test_mrope_cuts_one_ladder_into_time_row_and_column_blocks(scale, layout, sections, split):
+@pytest.mark.parametrize("base", [100.0, 10000.0])
+def test_mrope_cuts_one_ladder_into_time_row_and_column_blocks(scale, layout, sections, split, base):
     """Qwen2-VL §2.1 (HF ``apply_multimodal_rotary_pos_emb``): one ladder θ_k = base^(−2k/Dh); the first
     sections[0] pairs turn with the frame, the next sections[1] with the row, the last with the column;
     null sections are [1/4, 3/8, 3/8] of the pairs, h = w = ⌊3·8/8⌋ = 3."""
     pos, t, rows, cols = grid_3d(scale)
     follows = torch.cat([p[:, None].expand(-1, n) for p, n in zip((t, rows, cols), split, strict=True)], dim=-1)
-    encoder = build_encoder("mrope", dim=DIM, num_heads=HEADS, base=100.0, layout=layout, sections=sections)
-    check_rotary_attention(encoder, pos, follows * ladder(100.0), layout)
+    encoder = build_encoder("mrope", dim=DIM, num_heads=HEADS, base=base, layout=layout, sections=sections)
+    check_rotary_attention(encoder, pos, follows * ladder(base), layout)
 
 
 @pytest.mark.parametrize("scale", SCALES)
 @pytest.mark.parametrize("layout", ["half", "interleaved"])
 @pytest.mark.parametrize(("sections", "hw"), [(None, (2, 2)), ([3, 3, 2], (3, 2)), ([5, 2, 1], (2, 1))])
-def test_interleaved_mrope_is_qwen3vls_frequency_assignment(scale, layout, sections, hw):
+@pytest.mark.parametrize("base", [100.0, 10000.0])
+def test_interleaved_mrope_is_qwen3vls_frequency_assignment(scale, layout, sections, hw, base):
     """Qwen3-VL (HF ``apply_interleaved_mrope``): every pair starts on the frame index; pairs 1, 4, 7, … below
     3h take the row and 2, 5, 8, … below 3w the column (null sections: h = w = ⌊5·8/16⌋ = 2)."""
     pos, t, rows, cols = grid_3d(scale)
@@ -159,9 +161,9 @@ def test_interleaved_mrope_is_qwen3vls_frequency_assignment(scale, layout, secti
     follows[:, 1 : 3 * h : 3] = rows[:, None]
     follows[:, 2 : 3 * w : 3] = cols[:, None]
     encoder = build_encoder(
-        "mrope", dim=DIM, num_heads=HEADS, base=100.0, layout=layout, sections=sections, interleaved=True
+        "mrope", dim=DIM, num_heads=HEADS, base=base, layout=layout, sections=sections, interleaved=True
     )
-    check_rotary_attention(encoder, pos, follows * ladder(100.0), layout)
+    check_rotary_attention(encoder, pos, follows * ladder(base), layout)
 
 
 def diagonal_positions(t, rows, cols, spacing: float, grid: tuple[int, int] | None):
@@ -194,14 +196,15 @@ VIDEO_CASES = [  # (options, temporal pairs, grid)
 @pytest.mark.parametrize("layout", ["half", "interleaved"])
 @pytest.mark.parametrize("spacing", [None, 1.0, 0.5])
 @pytest.mark.parametrize(("options", "temporal", "grid"), VIDEO_CASES)
+@pytest.mark.parametrize("base", [100.0, 10000.0])
 def test_videorope_attends_on_the_diagonal_layout_with_time_on_the_lowest_frequencies(
-    scale, layout, spacing, options, temporal, grid
+    scale, layout, spacing, options, temporal, grid, base
 ):
     """Wei et al. 2025 (LTA, DL, ATS; the official code's assignment): null spacing is the reference's δ = 2."""
     pos, t, rows, cols = grid_3d(scale)
     chosen = {} if spacing is None else {"temporal_spacing": spacing}
-    encoder = build_encoder("videorope", dim=DIM, num_heads=HEADS, base=100.0, layout=layout, **options, **chosen)
-    angles = videorope_angles(t, rows, cols, spacing or 2.0, grid, temporal, 100.0, zero_time=False)
+    encoder = build_encoder("videorope", dim=DIM, num_heads=HEADS, base=base, layout=layout, **options, **chosen)
+    angles = videorope_angles(t, rows, cols, spacing or 2.0, grid, temporal, base, zero_time=False)
     check_rotary_attention(encoder, pos, angles, layout)
 
 
@@ -209,13 +212,16 @@ def test_videorope_attends_on_the_diagonal_layout_with_time_on_the_lowest_freque
 @pytest.mark.parametrize("layout", ["half", "interleaved"])
 @pytest.mark.parametrize("spacing", [None, 2.0, 0.5])
 @pytest.mark.parametrize(("options", "temporal", "grid"), VIDEO_CASES)
-def test_hope_attends_as_videorope_with_zero_temporal_frequencies(scale, layout, spacing, options, temporal, grid):
+@pytest.mark.parametrize("base", [100.0, 10000.0])
+def test_hope_attends_as_videorope_with_zero_temporal_frequencies(
+    scale, layout, spacing, options, temporal, grid, base
+):
     """Li et al. 2025 (reference ``apply_hybrid_multimodal_rotary_pos_emb``): VideoRoPE's layout with the time
     pairs at frequency zero (cos 1, sin 0), so time enters only through the diagonal; null spacing: γ = 1."""
     pos, t, rows, cols = grid_3d(scale)
     chosen = {} if spacing is None else {"temporal_spacing": spacing}
-    encoder = build_encoder("hope", dim=DIM, num_heads=HEADS, base=100.0, layout=layout, **options, **chosen)
-    angles = videorope_angles(t, rows, cols, spacing or 1.0, grid, temporal, 100.0, zero_time=True)
+    encoder = build_encoder("hope", dim=DIM, num_heads=HEADS, base=base, layout=layout, **options, **chosen)
+    angles = videorope_angles(t, rows, cols, spacing or 1.0, grid, temporal, base, zero_time=True)
     check_rotary_attention(encoder, pos, angles, layout)
 
 
