@@ -139,10 +139,10 @@ def test_compare_runs_the_modalitys_default_experiment_unless_one_is_given():
 
 def test_without_seeds_compare_takes_the_experiments_compare_seeds():
     assert [seed for _, seed, _ in plan("vision", ["none"], None, [])] == [0, 1, 2]  # train.yaml: 3
-    video = plan("video", None, None, [])  # the motion experiment: 10 encoders, 3 seeds
-    assert len(video) == 30 and {seed for _, seed, _ in video} == {0, 1, 2}
+    video = plan("video", None, None, [])  # the motion experiment: 11 encoders and 2 own variants, 3 seeds
+    assert len(video) == 39 and {seed for _, seed, _ in video} == {0, 1, 2}
     one = plan("video", None, None, ["compare_seeds=1"])  # an experiment's (or the command line's) compare_seeds
-    assert len(one) == 10 and {seed for _, seed, _ in one} == {0}
+    assert len(one) == 13 and {seed for _, seed, _ in one} == {0}
     assert len(plan("video", ["rope3d"], 2, [])) == 2  # seeds= wins
     with pytest.raises(ConfigError, match="seeds must be at least 1"):
         plan("video", ["rope3d"], 0, [])
