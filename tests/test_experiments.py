@@ -46,6 +46,17 @@ def test_every_expectation_names_runs_of_its_experiments_grid(name):
         assert set(named) <= known, f"{text!r} names {sorted(set(named) - known)}, not in {sorted(labels)}"
 
 
+def test_a_sweep_leaves_an_encoders_own_variants_out_and_says_so(capsys):
+    """A grid sweep sets one value per parameter: ``rnope/swa`` (rnope with other options) is not one of them."""
+    from poslab.sweep import main, sweep_and_left_out
+
+    config, left_out = sweep_and_left_out("text", None, 1, ["experiment=needle"])
+    assert config["parameters"]["encoder"]["values"] == ["none", "sinusoidal", "rope", "alibi", "t5", "rnope"]
+    assert left_out == ["rnope/swa"]
+    assert main(["modality=text", "experiment=needle", "seeds=1"]) == 0
+    assert "own variants rnope/swa are left out" in capsys.readouterr().err
+
+
 @pytest.mark.slow
 def test_a_sweep_is_the_comparison_grid_with_the_tasks_metric(capsys):
     """Derived from the experiment and the registry: `all` takes every fitting encoder, a new one with no edit."""

@@ -20,15 +20,25 @@ from poslab.tasks import task_class
 def sweep_config(modality: str, encoders: list[str] | None = None, seeds: int | None = None,
                  overrides: list[str] | tuple[str, ...] = ()) -> dict[str, Any]:  # fmt: skip
     """The W&B sweep for the grid ``poslab compare`` would run with the same arguments."""
+    return sweep_and_left_out(modality, encoders, seeds, overrides)[0]
+
+
+def sweep_and_left_out(modality: str, encoders: list[str] | None = None, seeds: int | None = None,
+                       overrides: list[str] | tuple[str, ...] = ()) -> tuple[dict[str, Any], list[str]]:  # fmt: skip
+    """The sweep, and the encoders' own variants (``mrope/interleaved``) it leaves out: a grid sweep sets one
+    value per parameter, and an own variant is its encoder with other options."""
     from poslab.compare import plan
 
     grid = plan(modality, encoders, seeds, list(overrides))
     cfg = grid[0][2]
-    if any(c.variant for _, _, c in grid):
+    plain = {label for label, _, c in grid if not c.variant}  # an own variant runs beside its encoder's plain run
+    own = list(dict.fromkeys(label for label, _, c in grid if c.variant and label.split("/")[0] in plain))
+    if any(c.variant for label, _, c in grid if label not in own):
         raise ConfigError(
             f"experiment '{cfg.experiment}' compares variants (compare_variants): a sweep runs one setting per "
             "encoder; sweep each variant's overrides separately (key=value arguments)"
         )
+    grid = [run for run in grid if run[0] not in own]
     metric, mode = task_class(cfg.modality, cfg.task.name).monitor
     parameters: dict[str, Any] = {"modality": {"value": modality}}
     if cfg.experiment:
@@ -42,6 +52,10 @@ def sweep_config(modality: str, encoders: list[str] | None = None, seeds: int | 
     config = {"project": cfg.logger.project}
     if cfg.logger.entity:
         config["entity"] = cfg.logger.entity
+    return _sweep(config, metric, mode, parameters), own
+
+
+def _sweep(config: dict[str, Any], metric: str, mode: str, parameters: dict[str, Any]) -> dict[str, Any]:
     return {
         **config,
         "program": package,  # the agent reads it even when the command does not use ${program}
@@ -72,9 +86,12 @@ def main(argv: list[str] | None = None) -> int:
         encoders = special.get("encoders")
         encoders = [encoders] if isinstance(encoders, str) else encoders
         seeds = int(special["seeds"]) if "seeds" in special else None
-        config = sweep_config(special["modality"], encoders, seeds, overrides)
+        config, left_out = sweep_and_left_out(special["modality"], encoders, seeds, overrides)
     except PoslabError as exc:
         print(f"poslab sweep: error: {exc}", file=sys.stderr)
         return 2
+    if left_out:
+        note = "one setting per encoder; sweep each with its compare_variants overrides as key=value arguments"
+        print(f"poslab sweep: the encoders' own variants {', '.join(left_out)} are left out ({note})", file=sys.stderr)
     print(OmegaConf.to_yaml(OmegaConf.create(config)), end="")
     return 0
