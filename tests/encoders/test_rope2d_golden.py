@@ -10,14 +10,8 @@ import torch
 
 from poslab.encoders import build_encoder
 from poslab.positions import Positions
-from tests.encoders.test_attention_computes import (
-    DIM,
-    HEADS,
-    attention_from_scores,
-    model_with,
-    recorded_attention,
-    rotation_pairs,
-)
+from tests.encoders.test_attention_computes import DIM, HEADS
+from tests.encoders.test_attention_grids import check_rotary_attention
 
 PHI = (1 + math.sqrt(5)) / 2
 
@@ -49,31 +43,17 @@ def test_directions_are_distinct_and_spread_over_the_half_circle():
 
 
 @pytest.mark.parametrize("layout", ["interleaved", "half"])
-def test_attention_scores_follow_the_2d_offset(layout):
+@pytest.mark.parametrize("base", [100.0, 10000.0])
+def test_attention_scores_follow_the_2d_offset(layout, base):
     """Every layer attends with Σ_i Re[(q_a + i q_b)(k_a − i k_b) e^{i·Δθ_i}]/√d, Δθ_i the pair's angle of the
     offset between the two cells, on a 3 x 4 grid, bidirectional."""
-    encoder = build_encoder("rope2d_golden", dim=DIM, num_heads=HEADS, base=100.0, layout=layout)
+    encoder = build_encoder("rope2d_golden", dim=DIM, num_heads=HEADS, base=base, layout=layout)
     cells = [(r, c) for r in range(3) for c in range(4)]
     pairs = DIM // HEADS // 2
     angle = torch.tensor(
-        [[golden_angle(i, r, c, pairs, 100.0) for i in range(pairs)] for r, c in cells], dtype=torch.float64
+        [[golden_angle(i, r, c, pairs, base) for i in range(pairs)] for r, c in cells], dtype=torch.float64
     )
-    offset = angle[:, None, :] - angle[None, :, :]  # [Lq, Lk, P]
-
-    def scores(q, k):
-        a, b = rotation_pairs(q.shape[-1], layout)
-        qc, kc = torch.complex(q[..., a], q[..., b]), torch.complex(k[..., a], k[..., b])
-        factor = torch.polar(torch.ones_like(offset), offset)
-        return torch.einsum("bhnj,bhmj,nmj->bhnm", qc, kc.conj(), factor).real / math.sqrt(q.shape[-1])
-
-    model = model_with(encoder, depth=2, causal=False)
-    torch.manual_seed(1)
-    x = torch.randn(2, len(cells), DIM)
-    pos = Positions(coords=torch.tensor(cells, dtype=torch.float32))
-    for (inputs, out), block in zip(recorded_attention(model, x, pos), model.blocks, strict=True):
-        torch.testing.assert_close(
-            out.double(), attention_from_scores(block.attn, inputs, scores, False), rtol=2e-4, atol=2e-5
-        )
+    check_rotary_attention(encoder, Positions(coords=torch.tensor(cells, dtype=torch.float32)), angle, layout)
 
 
 def test_scores_see_rows_columns_and_diagonals():
