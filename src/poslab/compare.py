@@ -23,7 +23,7 @@ from typing import Any
 
 from poslab import interrupts
 from poslab.config import ALL_ENCODERS, compose, config_hash, to_dict
-from poslab.errors import ConfigError, PoslabError, RunInterrupted, did_you_mean, first_line, os_error_line
+from poslab.errors import ConfigError, PoslabError, RunInterrupted, first_line, os_error_line
 from poslab.grid import SharedGrid
 from poslab.plugins import get_modality
 from poslab.report import build_report, check_expectations, find_summaries, group_runs, metric_columns
@@ -52,11 +52,13 @@ def expand_encoders(listed: list[str], fitting: list[str]) -> list[str]:
 
 
 def split_variants(
-    variants: dict[str, list[str]], fitting: list[str]
+    variants: dict[str, list[str]], modality: str
 ) -> tuple[dict[str | None, list[str]], dict[str, dict[str, list[str]]]]:
     """``compare_variants`` as (the variants every encoder runs, ``{None: []}`` when none; encoder -> the
-    variants only it runs). An encoder's own variant (``<encoder>/<name>``) must name an encoder that fits the
-    modality, once, and a name no shared variant has: one line otherwise."""
+    variants only it runs). An encoder's own variant (``<encoder>/<name>``) must name an encoder (or a
+    combination) that fits the modality, and a name no shared variant has: one line otherwise."""
+    from poslab.encoders import encoder_class
+
     shared: dict[str | None, list[str]] = {k: v for k, v in variants.items() if "/" not in k}
     own: dict[str, dict[str, list[str]]] = {}
     for key, changes in variants.items():
@@ -65,19 +67,16 @@ def split_variants(
         encoder, _, name = key.partition("/")
         if not name or "/" in name:
             raise ConfigError(f"compare_variants '{key}': an encoder's own variant is '<encoder>/<name>'")
-        if encoder not in fitting and not _combination_of(encoder, fitting):
-            hint = did_you_mean(encoder, fitting)
-            raise ConfigError(f"compare_variants '{key}' names no encoder '{encoder}' of this modality{hint}")
+        try:
+            encoder_class(encoder, modality)
+        except ConfigError as exc:
+            raise ConfigError(
+                f"compare_variants '{key}' names no encoder '{encoder}' of this modality ({exc})"
+            ) from None
         if name in shared:
             raise ConfigError(f"compare_variants '{key}': '{name}' is a variant of every encoder already")
         own.setdefault(encoder, {})[name] = changes
     return shared or {None: []}, own
-
-
-def _combination_of(name: str, fitting: list[str]) -> bool:
-    from poslab.encoders.registry import is_combination, members_of
-
-    return is_combination(name) and all(m in fitting for m in members_of(name))
 
 
 def plan(
@@ -103,7 +102,7 @@ def plan(
     if seeds < 1:
         raise ConfigError(f"seeds must be at least 1, got {seeds}")
     encoders = expand_encoders(encoders or list(base.compare_encoders) or [ALL_ENCODERS], available_encoders(modality))
-    shared, own = split_variants({k: list(v) for k, v in base.compare_variants.items()}, available_encoders(modality))
+    shared, own = split_variants({k: list(v) for k, v in base.compare_variants.items()}, modality)
     grid = []
     for encoder in encoders:
         for variant, changes in [*shared.items(), *own.get(encoder, {}).items()]:

@@ -52,11 +52,7 @@ def sweep_and_left_out(modality: str, encoders: list[str] | None = None, seeds: 
     config = {"project": cfg.logger.project}
     if cfg.logger.entity:
         config["entity"] = cfg.logger.entity
-    return _sweep(config, metric, mode, parameters), own
-
-
-def _sweep(config: dict[str, Any], metric: str, mode: str, parameters: dict[str, Any]) -> dict[str, Any]:
-    return {
+    sweep = {
         **config,
         "program": package,  # the agent reads it even when the command does not use ${program}
         "method": "grid",
@@ -67,6 +63,7 @@ def _sweep(config: dict[str, Any], metric: str, mode: str, parameters: dict[str,
         # this interpreter's own path: the agent runs poslab from its venv without activating it
         "command": [sys.executable, "-m", package, "train", "${args_no_hyphens}"],
     }
+    return sweep, own
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -17,6 +17,7 @@ from torch import nn
 
 from poslab.encoders.base import PositionEncoder
 from poslab.encoders.registry import register_encoder
+from poslab.encoders.rotary import rotation_angles
 from poslab.ranges import Count
 
 EPOCH_2000 = 946_684_800  # 2000-01-01T00:00:00Z in Unix seconds
@@ -41,9 +42,8 @@ class Time2Vec(PositionEncoder):
         seconds = times.long()
         absolute = (seconds - EPOCH_2000).double() / DAY
         relative = ((seconds - seconds[..., :1]).double() / DAY).float()
-        # float64 angles: ω·τ reaches 10⁵ rad (half-day period, 24 years of days), where float32 is 0.008 rad coarse
-        angles = absolute[..., None] * self.omega.double() + self.phi.double()
-        periodic = torch.sin(torch.remainder(angles, 2 * math.pi)).float()
+        # ω·τ reaches 10⁵ rad (half-day period, 24 years of days): formed in float64 and reduced mod 2π first
+        periodic = torch.sin(rotation_angles(absolute, self.omega) + self.phi)
         trend = self.linear[0] * relative + self.linear[1]
         return torch.cat((trend[..., None], periodic), dim=-1)
 
