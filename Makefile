@@ -56,11 +56,11 @@ test-all: ## every test that needs no network
 	@$(call RUN_PYTEST,-q -m "not network")
 
 docs: ## regenerate the docs' generated tables (verdicts from the runs found), build the site into site/ (strict)
-	$(BIN)/python -m poslab.docs
+	$(BIN)/python -m poslab.tools.docs
 	$(BIN)/mkdocs build --strict --quiet
 
 docs-check: ## CI: fail on a stale generated table, build the site strictly (nothing rewritten)
-	$(BIN)/python -m poslab.docs --check
+	$(BIN)/python -m poslab.tools.docs --check
 	$(BIN)/mkdocs build --strict --quiet
 
 lint: ## ruff: style and common bugs
@@ -88,7 +88,7 @@ bench: ## step time and peak memory of the 1D encoders vs none at L=1024/2048/40
 	$(BIN)/poslab bench $(ARGS)
 
 gpu-check: ## on a CUDA machine: train every modality, flex vs SDPA, GPT-2-small speed/MFU and memory vs L, one table (< 8 min; ARGS="--dry-run" on a CPU)
-	$(if $(wildcard $(BIN)/python),$(BIN)/python,PYTHONPATH=src$${PYTHONPATH:+:$$PYTHONPATH} $(PYTHON)) -m poslab.gpu_check $(ARGS)
+	$(if $(wildcard $(BIN)/python),$(BIN)/python,PYTHONPATH=src$${PYTHONPATH:+:$$PYTHONPATH} $(PYTHON)) -m poslab.tools.gpu_check $(ARGS)
 
 # The packages poslab needs beyond a PyTorch + Lightning + SciPy image (pmdarima is compiled: built for
 # GPU_PYTHON on x86-64 Linux; the others are pure Python), at this environment's versions, as wheels.

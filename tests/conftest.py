@@ -169,7 +169,7 @@ def tiny_overrides(request, modality: str) -> list[str]:
         return list(request.getfixturevalue(TINY[modality]))
     import dataclasses
 
-    from poslab.plugins import get_modality
+    from poslab.modalities.registry import get_modality
 
     record = get_modality(modality)
     tmp_path = request.getfixturevalue("tmp_path")
@@ -185,7 +185,7 @@ def flex_ready_validation(request, modality: str, encoder: str) -> tuple:
     random (learned biases start at zero, which would hide a bias read wrongly)."""
     import torch
 
-    from poslab.config import compose
+    from poslab.config.composition import compose
     from poslab.data import build_datamodule
     from poslab.tasks import build_task
 
@@ -211,7 +211,7 @@ def held_by_another_process(run_dir: Path) -> Iterator[None]:
     """``run_dir``'s run lock held by a forked process for the duration of the block (released after it)."""
     import multiprocessing
 
-    from poslab.rundir import run_lock
+    from poslab.run.rundir import run_lock
 
     ready, done = multiprocessing.Event(), multiprocessing.Event()
 

@@ -81,18 +81,13 @@ def test_the_backbone_reads_only_the_encoder_protocol():
             assert from_encoders <= {"poslab.encoders.base"}, (name, from_encoders)
 
 
-def test_the_registries_are_leaves():
-    """The encoder and modality registries and the config files import nothing that joins them."""
+def test_the_registries_import_only_leaves_and_each_other():
+    """The encoder and modality registries (and the config files and options they read) import nothing that joins
+    them: no composition, no run, no plugin."""
     edges = graph()
-    for leaf in (
-        "poslab.plugins",
-        "poslab.encoders.registry",
-        "poslab.config_files",
-        "poslab.offsets",
-        "poslab.options",
-    ):
-        assert not {t for t in edges[leaf] if t.startswith(("poslab.config", "poslab.modalities", "poslab.train"))
-                    and t != "poslab.config_files"}, leaf  # fmt: skip
+    for low in ("poslab.modalities.registry", "poslab.encoders.registry", "poslab.config.files",
+                "poslab.positions.offsets", "poslab.config.options"):  # fmt: skip
+        assert all(floor_of(t) <= 1 for t in edges[low]), (low, {t for t in edges[low] if floor_of(t) > 1})
 
 
 # -- function-local imports defer a heavy library, or are kept for a stated reason ---------------------------------
@@ -102,7 +97,7 @@ HEAVY = {"torch", "torchvision", "torchmetrics", "lightning", "wandb", "wandb_wo
          "numpy", "rich", "omegaconf", "yaml"}  # fmt: skip
 #: Modules whose function-local imports all stay, and why.
 LOCAL_FOR_A_REASON = {
-    "poslab.gpu_check": "it runs on a bare GPU machine and reports each missing package instead of failing to start",
+    "poslab.tools.gpu_check": "it runs on a bare GPU machine and reports each missing package instead of failing",
 }
 #: Imports that stay local wherever they are, and why.
 ALWAYS_LOCAL = {
@@ -173,26 +168,27 @@ def test_the_local_import_check_finds_one_that_defers_nothing():
 
 
 # -- floors: each module on one, imports going down (or across) only ------------------------------------------------
-#: The floors of the house, bottom first: (name, module prefixes). A prefix ending in "." takes its package's
-#: submodules only (``poslab.modalities.`` is the plugins, ``poslab.modalities`` their registry's records).
+#: The floors of the house, bottom first: (name, modules). ``pkg.*`` is a package and everything in it, ``pkg.+``
+#: everything in it but its face (``poslab.modalities.+``: the plugins); any other entry is one module. The most
+#: specific entry wins, so a folder's leaves can stand below the rest of it.
 FLOORS = [
-    ("leaves", ["poslab", "poslab.errors", "poslab.ranges", "poslab.options", "poslab.option_blocks",
-                "poslab.positions", "poslab.offsets", "poslab.config_files", "poslab.entry_points", "poslab.locks",
-                "poslab.timestamps", "poslab.denormals", "poslab.precision", "poslab.interrupts",
-                "poslab.trainer_arguments", "poslab.cluster", "poslab.expectations", "poslab.plots",
-                "poslab.encoders.longrope_search"]),
+    ("leaves", ["poslab", "poslab.moved", "poslab.errors", "poslab.files", "poslab.interrupts", "poslab.entry_points",
+                "poslab.positions.*",
+                "poslab.config", "poslab.config.ranges", "poslab.config.options", "poslab.config.blocks",
+                "poslab.config.files", "poslab.config.policy", "poslab.config.trainer_arguments",
+                "poslab.run", "poslab.run.locks", "poslab.run.cluster", "poslab.run.denormals", "poslab.nn.precision",
+                "poslab.track", "poslab.track.plots", "poslab.track.tables", "poslab.study",
+                "poslab.study.expectations", "poslab.tools", "poslab.encoders.longrope_search"]),
     # the protocol, the combinations of encoders the registry builds, the two registries
     ("registries", ["poslab.encoders.base", "poslab.encoders.composite", "poslab.encoders.layered",
-                    "poslab.encoders.registry", "poslab.plugins", "poslab.modalities"]),
-    ("parts", ["poslab.encoders", "poslab.nn", "poslab.data", "poslab.evaluation", "poslab.trainer_schema",
-               "poslab.optimizers", "poslab.callback_presets", "poslab.schema", "poslab.policy", "poslab.summary",
-               "poslab.rundir", "poslab.memory", "poslab.loggers"]),
-    ("config", ["poslab.config", "poslab.resume"]),
-    ("runs", ["poslab.tasks", "poslab.callbacks", "poslab.checkpoint_io", "poslab.train", "poslab.report",
-              "poslab.report_figures", "poslab.show", "poslab.modalities."]),
-    ("commands", ["poslab.compare", "poslab.grid", "poslab.workers", "poslab.cli", "poslab.__main__", "poslab.docs",
-                  "poslab.bench", "poslab.gpu_check", "poslab.dashboard", "poslab.sweep", "poslab.scaffold",
-                  "poslab.scaffolds"]),
+                    "poslab.encoders.registry", "poslab.modalities", "poslab.modalities.registry"]),
+    ("parts", ["poslab.encoders.*", "poslab.nn.*", "poslab.data.*", "poslab.evaluation.*", "poslab.config.trainer",
+               "poslab.tasks.optimizers", "poslab.config.presets", "poslab.config.schema", "poslab.track.*",
+               "poslab.run.rundir", "poslab.run.memory"]),
+    ("config", ["poslab.config.composition", "poslab.run.resume"]),
+    ("runs", ["poslab.tasks.*", "poslab.run.*", "poslab.study.report", "poslab.study.report_figures",
+              "poslab.tools.show", "poslab.modalities.+"]),
+    ("commands", ["poslab.study.*", "poslab.tools.*", "poslab.cli", "poslab.__main__"]),
 ]  # fmt: skip
 #: Imports from a lower floor up to a higher one that stay, and why (at most two). Modality and dataset plugins
 #: are found at run time (``importlib``, entry points), not imported: the registries name none of them.
@@ -200,16 +196,18 @@ UPWARD: dict[tuple[str, str], str] = {}
 
 
 def floor_of(module: str) -> int | None:
+    """The floor of the most specific entry naming ``module`` (an exact name beats a package's pattern)."""
     best = None
-    for number, (_, prefixes) in enumerate(FLOORS):
-        for prefix in prefixes:
-            inside = (
-                module.startswith(prefix)
-                if prefix.endswith(".")
-                else module in (prefix,) or module.startswith(f"{prefix}.")
-            )
-            if inside and (best is None or len(prefix) > best[1]):
-                best = (number, len(prefix))
+    for number, (_, entries) in enumerate(FLOORS):
+        for entry in entries:
+            package = entry[:-2] if entry.endswith((".*", ".+")) else None
+            if package is None:
+                inside, weight = module == entry, len(entry) + 1
+            else:
+                below = module.startswith(f"{package}.")
+                inside, weight = below or (entry.endswith(".*") and module == package), len(package)
+            if inside and (best is None or weight > best[1]):
+                best = (number, weight)
     return None if best is None else best[0]
 
 
@@ -224,5 +222,5 @@ def test_every_module_is_on_a_floor_and_imports_go_down():
 
 
 def test_the_floor_check_finds_an_import_going_up():
-    edges = {**graph(), "poslab.errors": {"poslab.train"}}
-    assert ("poslab.errors", "poslab.train") in upward(edges)
+    edges = {**graph(), "poslab.errors": {"poslab.run.train"}}
+    assert ("poslab.errors", "poslab.run.train") in upward(edges)

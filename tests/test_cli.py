@@ -11,7 +11,7 @@ import torch
 from poslab.cli import main
 from poslab.encoders import available_encoders
 from poslab.modalities import available_modalities
-from tests.test_config import steps_modalities
+from tests.config.test_compose import steps_modalities
 
 
 def test_help_imports_neither_lightning_nor_torchvision_nor_wandb():
@@ -124,7 +124,7 @@ def test_caches_and_summaries_are_readable_by_others(tmp_path):
     import os
     import stat
 
-    from poslab.rundir import write_json_atomic
+    from poslab.files import write_json_atomic
 
     mask = os.umask(0o022)
     try:
@@ -138,12 +138,12 @@ def test_a_permission_error_is_one_line_naming_the_path(capsys, monkeypatch, tmp
     """(As root, read-only folders are writable: the error is raised where the run directory is made.)"""
     import errno
 
-    import poslab.train
+    import poslab.run.train
 
     def refuse(cfg, name):
         raise PermissionError(errno.EACCES, "Permission denied", str(tmp_path / "runs"))
 
-    monkeypatch.setattr(poslab.train, "create_run_dir", refuse)
+    monkeypatch.setattr(poslab.run.train, "create_run_dir", refuse)
     code, _, err = run_cli(capsys, "train", "logger=none", "trainer.max_epochs=1", "model.dim=16", "model.depth=1",
                            "model.num_heads=2", f"data.root={tmp_path}")  # fmt: skip
     assert code == 2 and err.splitlines()[-1] == f"poslab: error: cannot write {tmp_path / 'runs'}: permission denied"

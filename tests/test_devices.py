@@ -17,7 +17,7 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_map
 
-from poslab.config import compose
+from poslab.config.composition import compose
 from poslab.data import build_datamodule
 from poslab.encoders import available_encoders, encoder_class
 from poslab.evaluation.similarity import position_similarity
@@ -161,7 +161,7 @@ def test_on_cuda_the_step_timer_reads_device_events_once_at_the_end(monkeypatch)
     events on a device clock where a step takes 40 ms and the gap between steps 5 ms."""
     from types import SimpleNamespace
 
-    from poslab.callbacks import StepTimer
+    from poslab.run.callbacks import StepTimer
 
     device_ms, waits = [0.0], []
 
@@ -289,7 +289,7 @@ def test_a_training_step_under_fp16_autocast_and_loss_scaling_stays_finite(tiny,
     """trainer=gpu16 (16-mixed): fp16 autocast with a gradient scaler. Lightning runs 16-mixed as bf16 on a CPU,
     so the step is taken here as Lightning's MixedPrecision takes it on a GPU: autocast, scaled backward,
     unscaled step."""
-    from poslab.config import compose
+    from poslab.config.composition import compose
     from poslab.data import build_datamodule
     from poslab.tasks import build_task
 

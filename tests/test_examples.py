@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from poslab.compare import plan
-from poslab.config import compose
+from poslab.config.composition import compose
+from poslab.study.compare import plan
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "slurm"
 #: What SLURM sets for the scripts' variables: a 2-node x 4-GPU job, array task 3.

@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 
 from poslab.cli import main
-from poslab.config import compose
+from poslab.config.composition import compose
 from poslab.errors import RunInterrupted
-from poslab.resume import resumed_config
-from poslab.train import evaluate, train
+from poslab.run.resume import resumed_config
+from poslab.run.train import evaluate, train
 
 LONGER = ["trainer.max_epochs=4", "trainer.limit_train_batches=4", "run.checkpoint_every_n_steps=2"]
 
@@ -120,16 +120,16 @@ def test_a_real_process_signalled_mid_training_exits_with_its_code_and_resumes_e
 
 
 def test_a_signal_while_a_compare_plans_its_grid_says_to_rerun_it(tiny, monkeypatch, tmp_path, capsys):
-    import poslab.compare
+    import poslab.study.compare
     from poslab.cli import main
 
-    real = poslab.compare.plan
+    real = poslab.study.compare.plan
 
     def planning(*args, **kwargs):
         os.kill(os.getpid(), signal.SIGTERM)  # arrives while the grid is composed, before any run
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(poslab.compare, "plan", planning)
+    monkeypatch.setattr(poslab.study.compare, "plan", planning)
     monkeypatch.chdir(tmp_path)
     assert main(["compare", "modality=vision", "encoders=[none]", "seeds=1", *tiny]) == 143
     err = capsys.readouterr().err
@@ -165,8 +165,8 @@ def test_every_command_ends_on_a_signal_with_its_code_and_one_line(
 ):
     """Composing a config, drawing a report, listing: the same path as a run, 128 + signal and one line."""
     import poslab.cli
-    import poslab.compare
-    import poslab.config
+    import poslab.config.composition
+    import poslab.study.compare
 
     def signalled(*args, **kwargs):
         os.kill(os.getpid(), number)
@@ -176,9 +176,9 @@ def test_every_command_ends_on_a_signal_with_its_code_and_one_line(
     patched = {
         "report": (poslab.cli, "build_report"),
         "list": (poslab.cli, "_list"),
-        "compare": (poslab.compare, "plan"),
+        "compare": (poslab.study.compare, "plan"),
     }
-    owner, name = patched.get(command.split()[0], (poslab.config, "compose"))
+    owner, name = patched.get(command.split()[0], (poslab.config.composition, "compose"))
     monkeypatch.setattr(owner, name, signalled)
     monkeypatch.chdir(tmp_path)
     args = {"report": ["report", str(tmp_path)], "list": ["list"]}.get(command, command.split() + tiny)

@@ -70,11 +70,11 @@ def test_gpu_check_without_a_venv_keeps_a_given_pythonpath(tmp_path):
     env = {**os.environ, "PYTHONPATH": "/tmp/site"}
     out = subprocess.run(["make", "-s", "gpu-check", f"VENV={tmp_path / 'none'}", f"PYTHON={python}", "ARGS=--dry-run"],
                          cwd=ROOT, capture_output=True, text=True, timeout=60, env=env)  # fmt: skip
-    assert out.stdout.strip() == "src:/tmp/site -m poslab.gpu_check --dry-run"
+    assert out.stdout.strip() == "src:/tmp/site -m poslab.tools.gpu_check --dry-run"
     env.pop("PYTHONPATH")
     out = subprocess.run(["make", "-s", "gpu-check", f"VENV={tmp_path / 'none'}", f"PYTHON={python}"],
                          cwd=ROOT, capture_output=True, text=True, timeout=60, env=env)  # fmt: skip
-    assert out.stdout.strip() == "src -m poslab.gpu_check"
+    assert out.stdout.strip() == "src -m poslab.tools.gpu_check"
 
 
 def test_gpu_wheels_names_the_packages_a_pytorch_image_lacks():

@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_without_configs_list_is_one_line(monkeypatch, tmp_path, capsys):
     """No packaged configs (a broken install) and none of the user's: one line naming where it looked."""
     monkeypatch.delenv("POSLAB_CONFIG_DIR", raising=False)
-    monkeypatch.setattr("poslab.config_files.config_dir", lambda: tmp_path)
+    monkeypatch.setattr("poslab.config.files.config_dir", lambda: tmp_path)
     monkeypatch.setattr("poslab.entry_points.plugin_config_dirs", lambda: [])  # nor a plugin's
     assert main(["list"]) == 2
     assert capsys.readouterr().err == (
@@ -50,7 +50,7 @@ def test_a_wheel_install_finds_its_bundled_configs(tmp_path):
         assert done.returncode == 0, done.stderr[-2000:]
         return done.stdout
 
-    code = "import poslab.config as c; print(c.config_dir())"
+    code = "import poslab.config.composition as c; print(c.config_dir())"
     where = subprocess.run([str(python), "-c", code], cwd=run, env=env, capture_output=True, text=True)
     assert where.stdout.strip() == str(venv / "share" / "poslab" / "configs"), where.stderr[-2000:]
     listed = {line.split(":")[0]: line for line in poslab("list").splitlines()}

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from poslab.config import compose
+from poslab.config.composition import compose
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -42,7 +42,7 @@ class HalfSteps(PositionEncoder):
 
 MODALITY = """
 from poslab.modalities import register_modality
-from poslab.scaffolds.modality.record import MODALITY
+from poslab.tools.scaffolds.modality.record import MODALITY
 
 register_modality(MODALITY)
 """
@@ -140,7 +140,7 @@ def test_an_installed_plugin_leaves_the_project_docs_as_they_are(site, tmp_path)
     own = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True)
     assert own.returncode == 0 and "halfsteps" not in own.stdout and "'toy'" not in own.stdout, own.stderr
     assert "'rope'" in own.stdout and "'vision'" in own.stdout
-    check = [sys.executable, "-m", "poslab.docs", "--check", str(ROOT / "docs")]
+    check = [sys.executable, "-m", "poslab.tools.docs", "--check", str(ROOT / "docs")]
     checked = subprocess.run(check, cwd=tmp_path, env=env, capture_output=True, text=True)
     assert checked.returncode == 0, checked.stdout + checked.stderr
 
@@ -155,8 +155,8 @@ def registry_wide_test_files() -> list[str]:
 
 def test_the_registry_wide_test_files_are_found():
     files = [Path(f).relative_to(ROOT).as_posix() for f in registry_wide_test_files()]
-    assert {"tests/encoders/test_registry.py", "tests/test_train.py", "tests/test_docs.py"} <= set(files)
-    assert "tests/test_locks.py" not in files
+    assert {"tests/encoders/test_registry.py", "tests/run/test_train.py", "tests/tools/test_docs.py"} <= set(files)
+    assert "tests/run/test_locks.py" not in files
 
 
 @pytest.mark.slow

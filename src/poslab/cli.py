@@ -1,4 +1,4 @@
-"""``poslab`` command line: parse, compose the config, call :func:`poslab.train.train`.
+"""``poslab`` command line: parse, compose the config, call :func:`poslab.run.train.train`.
 
 Kept import-light: Lightning, torchvision and W&B load only inside the
 commands that need them, so ``poslab --help`` answers at once.
@@ -10,15 +10,16 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from poslab import denormals, interrupts
-from poslab.bench import main as bench_main
-from poslab.dashboard import main as dashboard_main
+from poslab import interrupts
 from poslab.errors import ConfigError, PoslabError, RunInterrupted, os_error_line
-from poslab.grid import parse_worker
-from poslab.report import build_report
-from poslab.scaffold import main as new_main
-from poslab.sweep import main as sweep_main
-from poslab.workers import run_workers
+from poslab.run import denormals
+from poslab.study.dashboard import main as dashboard_main
+from poslab.study.grid import parse_worker
+from poslab.study.report import build_report
+from poslab.study.sweep import main as sweep_main
+from poslab.study.workers import run_workers
+from poslab.tools.bench import main as bench_main
+from poslab.tools.scaffold import main as new_main
 
 EPILOG = """\
 examples:
@@ -119,7 +120,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _dispatch(argv: list[str]) -> int:
     plugin_mains = {"bench": bench_main, "sweep": sweep_main, "dashboard": dashboard_main, "new": new_main}
     if argv[:1] == ["show"]:
-        from poslab.show import main as show_main
+        from poslab.tools.show import main as show_main
 
         return show_main(argv[1:])
     if argv[:1] and argv[0] in plugin_mains:
@@ -136,25 +137,25 @@ def _dispatch(argv: list[str]) -> int:
 
 
 def _train(args: argparse.Namespace) -> int:
-    from poslab.config import compose, to_yaml
+    from poslab.config.composition import compose, to_yaml
 
     cfg = compose(args.overrides)
     if cfg.resume:
-        from poslab.resume import resumed_config
+        from poslab.run.resume import resumed_config
 
         cfg = resumed_config(cfg, args.overrides)
     if args.print_config or args.cfg:
         print(to_yaml(cfg), end="")
         return 0
     if args.options:
-        from poslab.config import option_rows
+        from poslab.config.composition import option_rows
 
         rows = [("key", "type", "default", "value"), *option_rows(cfg)]
         widths = [max(len(r[i]) for r in rows) for i in range(3)]
         for key, kind, default, value in rows:
             print(f"{key:<{widths[0]}}  {kind:<{widths[1]}}  {default:<{widths[2]}}  {value}")
         return 0
-    from poslab.train import train
+    from poslab.run.train import train
 
     _report(train(cfg))
     return 0
@@ -164,7 +165,7 @@ def _eval(args: argparse.Namespace) -> int:
     ckpts = [o for o in args.overrides if o.startswith("ckpt=")]
     if len(ckpts) != 1:
         raise PoslabError("poslab eval needs exactly one ckpt=PATH")
-    from poslab.train import evaluate
+    from poslab.run.train import evaluate
 
     _report(evaluate(ckpts[0].split("=", 1)[1], [o for o in args.overrides if o not in ckpts]))
     return 0
@@ -185,7 +186,7 @@ def _compare(args: argparse.Namespace) -> int:
 def _compare_grid(args: argparse.Namespace) -> int:
     from omegaconf import OmegaConf
 
-    from poslab.compare import compare
+    from poslab.study.compare import compare
 
     special, overrides = {}, []
     for item in args.overrides:
@@ -220,7 +221,7 @@ def _report_cmd(args: argparse.Namespace) -> int:
 
 
 def _list(args: argparse.Namespace) -> int:
-    from poslab.config import config_dirs, group_choices
+    from poslab.config.composition import config_dirs, group_choices
     from poslab.encoders import available_encoders, encoder_class
 
     modalities = [args.modality] if args.modality else group_choices("modality")
@@ -263,7 +264,7 @@ def launches_workers(argv: Sequence[str]) -> bool:
 
 
 def run() -> None:
-    """The ``poslab`` command: denormals flushed before torch starts its threads (:mod:`poslab.denormals`)."""
+    """The ``poslab`` command: denormals flushed before torch starts its threads (:mod:`poslab.run.denormals`)."""
     if sys.argv[1:2] and sys.argv[1] in COMPUTING and not launches_workers(sys.argv[1:]):
         denormals.flush_denormals()  # through the module: a test can stand in for it
     sys.exit(main())

@@ -13,7 +13,7 @@ checkpoint of half a step, a resume that differs), and Lightning would exit 1. S
 
 The first signal is what the run reports: ``exit 128 + signal`` (130, 143, 138) and the resume line.
 Under SLURM, SIGUSR1 (``#SBATCH --signal=USR1@90``) takes the same path, and the run then requeues its job
-(``poslab.cluster.requeue``), which resumes the run when it starts again.
+(``poslab.run.cluster.requeue``), which resumes the run when it starts again.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ import math
 import pytest
 import torch
 
-from poslab.config import compose
+from poslab.config.composition import compose
 from poslab.data import build_datamodule
 from poslab.data.sources import source_modules
 from tests.conftest import tiny_overrides

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from poslab.config import compose
+from poslab.config.composition import compose
 from poslab.errors import ConfigError
 from poslab.modalities.text.sequence_task import exact_match
 from poslab.modalities.text.sequence_tasks import FIRST_SYMBOL, IGNORE, SEP, generate, task_size

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from poslab.config import compose
+from poslab.config.composition import compose
 from poslab.data.downloads import fetch
 from poslab.errors import ConfigError, DataError
 from poslab.modalities.text.data import ContiguousWindows, RandomWindows, TextDataModule, random_positions

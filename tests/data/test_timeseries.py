@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 import torch
 
-from poslab.config import compose
+from poslab.config.composition import compose
 from poslab.errors import DataError
 from poslab.modalities.timeseries import sources as timeseries_sources
 from poslab.modalities.timeseries.data import TimeSeriesDataModule

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from poslab.config import compose
+from poslab.config.composition import compose
 from poslab.errors import ConfigError
 from poslab.modalities.video.clips import DIRECTIONS, make_clips, render, trajectories, velocities
 from poslab.modalities.video.data import VideoDataModule, clip_positions

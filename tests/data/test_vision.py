@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from poslab.config import compose
+from poslab.config.composition import compose
 from poslab.errors import DataError
 from poslab.modalities.vision.data import VisionDataModule, patch_coordinates, random_affine
 from poslab.modalities.vision.sources import write_idx

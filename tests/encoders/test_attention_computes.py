@@ -17,6 +17,7 @@ import typing
 import pytest
 import torch
 
+from poslab.config.ranges import range_of
 from poslab.encoders import (
     available_encoders,
     build_encoder,
@@ -27,7 +28,6 @@ from poslab.encoders import (
 from poslab.encoders.registry import encoder_options
 from poslab.nn.backbone import Transformer
 from poslab.positions import Positions
-from poslab.ranges import range_of
 from tests.encoders.test_registry import SAMPLE_CONTEXT, sample_positions
 
 DIM, HEADS, LENGTH = 32, 2, 12

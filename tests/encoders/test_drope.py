@@ -7,10 +7,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from poslab.config import compose
+from poslab.config.composition import compose
 from poslab.encoders import build_encoder
 from poslab.encoders.drope import DroPE
-from poslab.train import train
+from poslab.run.train import train
 from tests.encoders.test_attention_computes import DIM, HEADS, check_layers, model_with, plain_scores, rotary_scores
 
 

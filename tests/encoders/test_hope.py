@@ -53,7 +53,7 @@ def test_time_is_seen_only_through_the_diagonal():
 
 
 def test_dynamic_temporal_scaling_scales_training_frame_indices_only():
-    from poslab.config import compose
+    from poslab.config.composition import compose
     from poslab.modalities.video.data import VideoDataModule, temporally_scaled
 
     cfg = compose(["modality=video", "data.temporal_scales=[0.5,1.5]"])

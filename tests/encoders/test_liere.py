@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from poslab.config import compose
+from poslab.config.composition import compose
 from poslab.encoders import build_encoder
 
 

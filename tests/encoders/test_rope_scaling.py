@@ -133,7 +133,7 @@ def test_rope_takes_both_from_its_config_and_the_length_study_applies_llama3():
     study applies at m x, as it does longrope once its factors are searched (tests/encoders/test_longrope_search.py)."""
     from omegaconf import OmegaConf
 
-    from poslab.config import compose
+    from poslab.config.composition import compose
     from poslab.encoders import build_encoder
     from poslab.errors import ConfigError
 

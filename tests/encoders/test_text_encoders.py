@@ -299,7 +299,7 @@ def test_every_offset_only_bias_is_toeplitz_and_not_constant(name):
 @pytest.mark.parametrize("name", OFFSET_ONLY)
 @pytest.mark.parametrize(("q", "k"), [(torch.arange(7), torch.arange(7)), (torch.arange(3, 8), torch.arange(0, 9))])
 def test_consecutive_positions_take_the_toeplitz_path_with_the_same_result(name, q, k):
-    from poslab.offsets import offset_bias, relative_distances
+    from poslab.positions.offsets import offset_bias, relative_distances
 
     enc = build_encoder(name, dim=32, num_heads=2)
     for p in enc.parameters():

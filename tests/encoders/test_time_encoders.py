@@ -7,12 +7,12 @@ import math
 import pytest
 import torch
 
-from poslab.config import compose
+from poslab.config.composition import compose
 from poslab.encoders import available_encoders, build_encoder, build_encoder_in_context
 from poslab.encoders.cyclic import cyclic_features
 from poslab.errors import ConfigError, PoslabError
 from poslab.positions import Positions
-from tests.test_timestamps import seconds
+from tests.positions.test_timestamps import seconds
 
 TIME_ENCODERS = ["calendar", "timefeatures", "cyclic", "time2vec"]
 

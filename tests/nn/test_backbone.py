@@ -12,7 +12,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import poslab.denormals
+import poslab.run.denormals
 from poslab.encoders import PositionEncoder
 from poslab.nn import SelfAttention, Transformer
 from poslab.nn.attention import AttentionBias, attend
@@ -439,7 +439,7 @@ def test_offset_kernel_is_exact_where_a_steep_bias_makes_most_probabilities_vani
     monkeypatch.setattr(cpu_flash, "BLOCK_ELEMENTS", 2 * 2 * 64 * 8)
     # flushed: the process says it flushes denormals, so the kernel skips its cut (this process keeps
     # them, which costs time, not accuracy)
-    monkeypatch.setattr(poslab.denormals, "_flushed", flushed)
+    monkeypatch.setattr(poslab.run.denormals, "_flushed", flushed)
     torch.manual_seed(0)
     length = 64
     q, k, v = (torch.randn(2, 2, length, 8, requires_grad=True) for _ in range(3))

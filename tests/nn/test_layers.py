@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from poslab.config import compose
+from poslab.config.composition import compose
 from poslab.encoders import build_encoder
 from poslab.nn import attention
 from poslab.nn.attention import AttentionBias, attend, attend_with_content

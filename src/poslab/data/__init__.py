@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from poslab.plugins import get_modality
+from poslab.modalities.registry import get_modality
 
 
 def build_datamodule(cfg: Any, train_cfg: Any = None):

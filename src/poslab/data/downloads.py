@@ -16,8 +16,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from poslab.errors import DataError
-from poslab.rundir import file_sha256 as sha256_of
-from poslab.rundir import shareable
+from poslab.files import file_sha256 as sha256_of
+from poslab.files import shareable
 
 USER_AGENT = "poslab-data/1.0 (+https://pypi.org/project/poslab)"  # some mirrors refuse urllib's default
 

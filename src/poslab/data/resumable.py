@@ -14,7 +14,7 @@
   (which the optimiser's schedule reads) has already built and started it.
 
 How many batches training consumed is set by
-:class:`poslab.callbacks.TrainingPosition` (the loader itself runs ahead:
+:class:`poslab.run.callbacks.TrainingPosition` (the loader itself runs ahead:
 Lightning prefetches); the global RNG state of the step is restored there too.
 """
 
@@ -32,7 +32,7 @@ class ResumableLoader(DataLoader):
     ``seed``: the loader's own generator (its order then ignores the global
     RNG); None: the global RNG, as a plain shuffled ``DataLoader`` draws it.
     A resumed run restores the global RNG before the loader is built (see
-    :class:`poslab.callbacks.TrainingPosition`), so restoring the position
+    :class:`poslab.run.callbacks.TrainingPosition`), so restoring the position
     leaves it as it found it.
     """
 

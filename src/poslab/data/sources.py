@@ -16,7 +16,7 @@ import pkgutil
 from collections.abc import Iterable
 
 from poslab import entry_points
-from poslab.plugins import available_modalities, get_modality
+from poslab.modalities.registry import available_modalities, get_modality
 
 
 def discover(package: str, path: Iterable[str]) -> None:

@@ -32,18 +32,19 @@ that field, so ``enc.encode_input(x, torch.arange(L))`` works in a notebook.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any, ClassVar
+from collections.abc import Callable, Collection
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 from torch import nn
 
-from poslab.config_files import modality_positions
-from poslab.encoders.longrope_search import SearchBudget, SearchResult
+from poslab.config.ranges import checked_init
 from poslab.errors import ConfigError
-from poslab.offsets import offset_bias
 from poslab.positions import Positions, steps_start
-from poslab.ranges import checked_init
+from poslab.positions.offsets import offset_bias
+
+if TYPE_CHECKING:  # the searched extension's budget and result, named by the protocol's signature only
+    from poslab.encoders.longrope_search import SearchBudget, SearchResult
 
 HOOKS = (
     "encode_input",
@@ -225,10 +226,9 @@ class PositionEncoder(nn.Module):
         return hook in cls.hooks()
 
     @classmethod
-    def fits(cls, modality: str) -> bool:
-        """An encoder fits a modality whose data provides the field it reads (``none`` fits every one)."""
-
-        return cls.reads is None or cls.reads in modality_positions(modality)
+    def fits(cls, provided: Collection[str]) -> bool:
+        """An encoder fits data that provides the field it reads (``none`` fits any)."""
+        return cls.reads is None or cls.reads in provided
 
     def field(self, pos: Positions | torch.Tensor) -> torch.Tensor:
         """The tensor this encoder reads from ``pos``."""

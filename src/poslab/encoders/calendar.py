@@ -21,12 +21,12 @@ from typing import Literal
 import torch
 from torch import nn
 
+from poslab.config.ranges import OptionalCount
 from poslab.encoders.base import PositionEncoder
 from poslab.encoders.registry import register_encoder
 from poslab.encoders.sinusoidal import sinusoidal_table
 from poslab.errors import ConfigError
-from poslab.ranges import OptionalCount
-from poslab.timestamps import calendar_fields
+from poslab.positions.timestamps import calendar_fields
 
 TABLES = {"month": 13, "day": 32, "weekday": 7, "hour": 24, "minute": 4}
 

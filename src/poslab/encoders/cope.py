@@ -24,9 +24,9 @@ from typing import Annotated
 import torch
 from torch import nn
 
+from poslab.config.ranges import Range
 from poslab.encoders.base import PositionEncoder
 from poslab.encoders.registry import register_encoder
-from poslab.ranges import Range
 
 
 @register_encoder("cope")

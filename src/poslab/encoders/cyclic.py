@@ -16,11 +16,11 @@ import math
 import torch
 from torch import nn
 
+from poslab.config.ranges import Count
 from poslab.encoders.base import PositionEncoder
 from poslab.encoders.registry import register_encoder
 from poslab.errors import ConfigError
-from poslab.ranges import Count
-from poslab.timestamps import PERIODS
+from poslab.positions.timestamps import PERIODS
 
 
 def cyclic_features(times: torch.Tensor, periods: list[int], harmonics: int) -> torch.Tensor:

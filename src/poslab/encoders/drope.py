@@ -14,10 +14,10 @@ from __future__ import annotations
 
 from typing import Annotated
 
+from poslab.config.ranges import Base, Range
 from poslab.encoders.registry import register_encoder
 from poslab.encoders.rope import RoPE
 from poslab.encoders.rotary import Layout
-from poslab.ranges import Base, Range
 
 
 @register_encoder("drope")

@@ -27,9 +27,9 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
+from poslab.config.ranges import Count, Positive
 from poslab.encoders.base import PositionEncoder
 from poslab.encoders.registry import register_encoder
-from poslab.ranges import Count, Positive
 
 #: Elements of the MLP's hidden layer (query rows x keys x ``mlp_width``) per chunk of query rows: one chunk's
 #: exists at a time, and the backward recomputes it (``torch.utils.checkpoint``) rather than keeping every

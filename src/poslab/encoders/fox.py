@@ -22,9 +22,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from poslab.config.ranges import OptionalCount
 from poslab.encoders.base import PositionEncoder
 from poslab.encoders.registry import register_encoder
-from poslab.ranges import OptionalCount
 
 
 @register_encoder("fox")

@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import copy
 
+from poslab.config.ranges import Base, Count, OptionalCount
 from poslab.encoders.registry import register_encoder
 from poslab.encoders.rope import RoPE
 from poslab.encoders.rotary import Layout
 from poslab.errors import ConfigError
-from poslab.ranges import Base, Count, OptionalCount
 
 
 @register_encoder("gemma3")

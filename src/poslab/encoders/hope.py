@@ -17,11 +17,11 @@ here ``temporal_spacing`` (1).
 
 from __future__ import annotations
 
+from poslab.config.ranges import Base, OptionalCount, OptionalGrid, Positive
 from poslab.encoders.mrope import TIME
 from poslab.encoders.registry import register_encoder
 from poslab.encoders.rotary import Layout
 from poslab.encoders.videorope import VideoRoPE
-from poslab.ranges import Base, OptionalCount, OptionalGrid, Positive
 
 
 @register_encoder("hope")

@@ -24,9 +24,9 @@ from typing import Literal
 import torch
 from torch import nn
 
+from poslab.config.ranges import Positive
 from poslab.encoders.base import PositionEncoder
 from poslab.encoders.registry import register_encoder
-from poslab.ranges import Positive
 
 
 @register_encoder("kerple")

@@ -11,11 +11,11 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from poslab.config.ranges import NonNegative, OptionalCount
 from poslab.encoders.base import PositionEncoder
 from poslab.encoders.registry import register_encoder
 from poslab.errors import PoslabError
 from poslab.positions import readable, steps_end
-from poslab.ranges import NonNegative, OptionalCount
 
 
 def init_table(table: torch.Tensor, std: float) -> None:

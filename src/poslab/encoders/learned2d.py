@@ -18,13 +18,13 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from poslab.config.ranges import NonNegative, OptionalGrid
 from poslab.encoders.base import PositionEncoder
 from poslab.encoders.grid import sample_grid_table, split_coords
 from poslab.encoders.learned import init_table
 from poslab.encoders.registry import register_encoder
 from poslab.errors import PoslabError
 from poslab.positions import Positions, readable
-from poslab.ranges import NonNegative, OptionalGrid
 
 
 @register_encoder("learned2d")

@@ -17,13 +17,13 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from poslab.config.ranges import NonNegative, OptionalCount, OptionalGrid
 from poslab.encoders.base import PositionEncoder
 from poslab.encoders.grid import sample_grid_table, split_coords3d
 from poslab.encoders.learned import init_table
 from poslab.encoders.registry import register_encoder
 from poslab.errors import PoslabError
 from poslab.positions import Positions, readable
-from poslab.ranges import NonNegative, OptionalCount, OptionalGrid
 
 
 def sample_time_table(table: torch.Tensor, t: torch.Tensor) -> torch.Tensor:

@@ -33,11 +33,11 @@ from typing import Literal
 import torch
 from torch import nn
 
+from poslab.config.ranges import OptionalCount, OptionalGrid
 from poslab.encoders.base import PositionEncoder
 from poslab.encoders.registry import register_encoder
 from poslab.errors import ConfigError
-from poslab.precision import full_precision
-from poslab.ranges import OptionalCount, OptionalGrid
+from poslab.nn.precision import full_precision
 
 
 @register_encoder("liere")

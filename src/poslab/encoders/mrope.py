@@ -31,12 +31,12 @@ import math
 
 import torch
 
+from poslab.config.ranges import Base
 from poslab.encoders.base import PositionEncoder
 from poslab.encoders.grid import split_coords3d
 from poslab.encoders.registry import register_encoder
 from poslab.encoders.rotary import LAYOUTS, LastInputCache, Layout, rotate_cached
 from poslab.errors import ConfigError
-from poslab.ranges import Base
 
 #: Axis numbers of a ``coords3d`` row: (t, row, col).
 TIME, ROW, COL = 0, 1, 2

@@ -30,9 +30,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from poslab.config.ranges import AT_LEAST_1, OptionalCount
 from poslab.encoders.base import PositionEncoder
 from poslab.encoders.registry import register_encoder
-from poslab.ranges import AT_LEAST_1, OptionalCount
 
 
 class HouseholderGates(nn.Module):

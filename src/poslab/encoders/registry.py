@@ -14,12 +14,12 @@ from collections.abc import Callable
 from typing import Any
 
 from poslab import entry_points
-from poslab.config_files import group_choices
+from poslab.config.files import group_choices, modality_positions
+from poslab.config.options import keyword_options
 from poslab.encoders.base import PositionEncoder
 from poslab.encoders.composite import CompositeEncoder
 from poslab.encoders.layered import LayeredEncoder
 from poslab.errors import ConfigError, did_you_mean
-from poslab.options import keyword_options
 
 _REGISTRY: dict[str, type[PositionEncoder]] = {}
 _DISCOVERED = False
@@ -54,7 +54,12 @@ def _discover() -> None:
 def available_encoders(modality: str | None = None) -> list[str]:
     """Registered encoder names, optionally only those fitting ``modality``."""
     _discover()
-    return sorted(n for n, cls in _REGISTRY.items() if modality is None or cls.fits(modality))
+    return sorted(n for n, cls in _REGISTRY.items() if modality is None or fits(cls, modality))
+
+
+def fits(cls: type[PositionEncoder], modality: str) -> bool:
+    """Whether the encoder fits ``modality``: its data provides the position field the encoder reads."""
+    return cls.fits(modality_positions(modality))
 
 
 #: ``rope+calendar``: a composite of registered encoders, applied in that order.
@@ -114,8 +119,8 @@ def encoder_class(name: str, modality: str | None = None) -> type[PositionEncode
             f"{' for ' + modality if modality else ''}: {', '.join(valid)}"
         )
     cls = _REGISTRY[name]
-    if modality is not None and not cls.fits(modality):
-        fitting = [m for m in group_choices("modality") if cls.fits(m)]
+    if modality is not None and not fits(cls, modality):
+        fitting = [m for m in group_choices("modality") if fits(cls, m)]
         raise ConfigError(
             f"encoder '{name}' does not fit modality '{modality}' (it reads positions.{cls.reads}: it fits "
             f"{', '.join(fitting) or 'no modality'}); encoders for {modality}: "

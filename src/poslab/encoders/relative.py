@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from torch import nn
 
+from poslab.config.ranges import Count
 from poslab.encoders.base import PositionEncoder
 from poslab.encoders.registry import register_encoder
-from poslab.ranges import Count
 
 
 @register_encoder("relative")

@@ -25,12 +25,12 @@ from typing import Annotated, Optional
 
 import torch
 
+from poslab.config.ranges import Base, Count, OptionalCount, Range
 from poslab.encoders.none import NoPosition
 from poslab.encoders.registry import register_encoder
 from poslab.encoders.rope import RoPE
 from poslab.encoders.rotary import Layout
 from poslab.errors import ConfigError
-from poslab.ranges import Base, Count, OptionalCount, Range
 
 
 class LogScaledNoPE(NoPosition):

@@ -38,6 +38,7 @@ from dataclasses import asdict
 
 import torch
 
+from poslab.config.ranges import Base, OptionalCount, PartOf1, ZeroToOne
 from poslab.encoders.base import PositionEncoder
 from poslab.encoders.longrope_search import evolve
 from poslab.encoders.registry import register_encoder
@@ -45,7 +46,6 @@ from poslab.encoders.rope_scaling import NEED_ORIGINAL, RopeScaling, scaled_freq
 from poslab.encoders.rotary import LastInputCache, Layout, apply_cos_sin, rotation_angles
 from poslab.errors import ConfigError
 from poslab.positions import steps_end
-from poslab.ranges import Base, OptionalCount, PartOf1, ZeroToOne
 
 
 @register_encoder("rope")

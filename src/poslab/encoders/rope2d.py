@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import torch
 
+from poslab.config.ranges import Base
 from poslab.encoders.base import PositionEncoder
 from poslab.encoders.grid import split_coords
 from poslab.encoders.registry import register_encoder
 from poslab.encoders.rotary import LastInputCache, Layout, rotate_cached, rotation_angles
 from poslab.errors import ConfigError
-from poslab.ranges import Base
 
 
 @register_encoder("rope2d")

@@ -17,11 +17,11 @@ import math
 
 import torch
 
+from poslab.config.ranges import Base
 from poslab.encoders.base import PositionEncoder
 from poslab.encoders.grid import split_coords
 from poslab.encoders.registry import register_encoder
 from poslab.encoders.rotary import Layout, apply_rotary
-from poslab.ranges import Base
 
 GOLDEN_RATIO = (1 + math.sqrt(5)) / 2
 

@@ -19,12 +19,12 @@ import math
 import torch
 from torch import nn
 
+from poslab.config.ranges import Base
 from poslab.encoders.base import PositionEncoder
 from poslab.encoders.grid import split_coords
 from poslab.encoders.registry import register_encoder
 from poslab.encoders.rotary import Layout, apply_rotary
 from poslab.errors import ConfigError
-from poslab.ranges import Base
 
 
 def init_mixed_frequencies(head_dim: int, num_heads: int, base: float) -> torch.Tensor:

@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import torch
 
+from poslab.config.ranges import Base
 from poslab.encoders.base import PositionEncoder
 from poslab.encoders.grid import split_coords3d
 from poslab.encoders.registry import register_encoder
 from poslab.encoders.rotary import LAYOUTS, LastInputCache, Layout, rotate_cached, rotation_angles
 from poslab.errors import ConfigError
-from poslab.ranges import Base
 
 
 def default_sections(pairs: int) -> tuple[int, int, int]:

@@ -34,8 +34,8 @@ from typing import Annotated, Literal, Optional
 
 import torch
 
+from poslab.config.ranges import POSITIVE, OptionalCount, Positive, Range, check_fields
 from poslab.errors import ConfigError
-from poslab.ranges import POSITIVE, OptionalCount, Positive, Range, check_fields
 
 ScalingType = Literal["none", "linear", "ntk", "dynamic", "yarn", "llama3", "longrope"]
 #: The scalings that need the original context L₀.

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import torch
 
+from poslab.config.ranges import Base
 from poslab.encoders.base import PositionEncoder
 from poslab.encoders.grid import sincos_1d, split_coords
 from poslab.encoders.registry import register_encoder
 from poslab.errors import ConfigError
-from poslab.ranges import Base
 
 
 @register_encoder("sincos2d")

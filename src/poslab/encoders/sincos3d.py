@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import torch
 
+from poslab.config.ranges import Base
 from poslab.encoders.base import PositionEncoder
 from poslab.encoders.grid import sincos_1d, split_coords3d
 from poslab.encoders.registry import register_encoder
 from poslab.errors import ConfigError
-from poslab.ranges import Base
 
 
 @register_encoder("sincos3d")

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import torch
 
+from poslab.config.ranges import Base
 from poslab.encoders.base import PositionEncoder
 from poslab.encoders.registry import register_encoder
 from poslab.encoders.rotary import rotation_angles
 from poslab.errors import ConfigError
-from poslab.ranges import Base
 
 
 def sinusoidal_table(pos: torch.Tensor, dim: int, base: float = 10000.0) -> torch.Tensor:

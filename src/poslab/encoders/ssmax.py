@@ -23,9 +23,9 @@ from typing import Annotated, Optional
 import torch
 from torch import nn
 
+from poslab.config.ranges import POSITIVE, OptionalCount
 from poslab.encoders.base import PositionEncoder
 from poslab.encoders.registry import register_encoder
-from poslab.ranges import POSITIVE, OptionalCount
 
 
 @register_encoder("ssmax")

@@ -19,9 +19,9 @@ from typing import Annotated
 import torch
 from torch import nn
 
+from poslab.config.ranges import Count, Range
 from poslab.encoders.base import PositionEncoder
 from poslab.encoders.registry import register_encoder
-from poslab.ranges import Count, Range
 
 
 def t5_buckets(relative: torch.Tensor, bidirectional: bool, num_buckets: int, max_distance: int) -> torch.Tensor:

@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import torch
 
+from poslab.config.ranges import NonNegative, OptionalCount
 from poslab.encoders.base import PositionEncoder
 from poslab.encoders.registry import register_encoder
-from poslab.ranges import NonNegative, OptionalCount
 
 #: Llama 4: ``floor_scale`` 8,192 (Hugging Face ``Llama4TextConfig``) against a 256K-token training context.
 LLAMA4_FLOOR = 8192

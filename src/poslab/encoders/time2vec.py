@@ -15,10 +15,10 @@ import math
 import torch
 from torch import nn
 
+from poslab.config.ranges import Count
 from poslab.encoders.base import PositionEncoder
 from poslab.encoders.registry import register_encoder
 from poslab.encoders.rotary import rotation_angles
-from poslab.ranges import Count
 
 EPOCH_2000 = 946_684_800  # 2000-01-01T00:00:00Z in Unix seconds
 DAY = 86_400

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from torch import nn
 
+from poslab.config.ranges import OptionalCount
 from poslab.encoders.base import PositionEncoder
 from poslab.encoders.registry import register_encoder
-from poslab.ranges import OptionalCount
-from poslab.timestamps import feature_count, time_features
+from poslab.positions.timestamps import feature_count, time_features
 
 
 @register_encoder("timefeatures")

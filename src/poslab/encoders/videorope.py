@@ -29,11 +29,11 @@ from __future__ import annotations
 
 import torch
 
+from poslab.config.ranges import Base, OptionalCount, OptionalGrid, Positive
 from poslab.encoders.mrope import COL, ROW, TIME, AxisRoPE3D, qwen2vl_sections
 from poslab.encoders.registry import register_encoder
 from poslab.encoders.rotary import Layout
 from poslab.errors import ConfigError
-from poslab.ranges import Base, OptionalCount, OptionalGrid, Positive
 
 
 @register_encoder("videorope")

@@ -23,11 +23,11 @@ from __future__ import annotations
 
 import torch
 
+from poslab.config.ranges import Base, OptionalCount, Positive
 from poslab.encoders.registry import register_encoder
 from poslab.encoders.rope import RoPE
 from poslab.encoders.rotary import LastInputCache, Layout
 from poslab.errors import ConfigError
-from poslab.ranges import Base, OptionalCount, Positive
 
 
 @register_encoder("xpos")

@@ -26,9 +26,10 @@ from torch import nn
 from torch.utils.data import DataLoader
 from torchmetrics import MeanMetric, Metric
 
-from poslab import interrupts, plots
+from poslab import interrupts
 from poslab.errors import PoslabError
-from poslab.loggers import hide_from_panels, log_curve, log_figure, log_final, log_table
+from poslab.track import plots
+from poslab.track.loggers import hide_from_panels, log_curve, log_figure, log_final, log_table
 
 
 @dataclass
@@ -190,7 +191,7 @@ class RunReport:
         self.report["tables"][key] = {"columns": columns, "rows": rows}
 
     def add_curve(self, trainer: L.Trainer, axis: str, points: dict[float, dict[str, float]]) -> None:
-        """Curves against their own axis (x -> {key: y}), logged (:func:`poslab.loggers.log_curve`) and
+        """Curves against their own axis (x -> {key: y}), logged (:func:`poslab.track.loggers.log_curve`) and
         recorded as ``axis -> keys``, so a dashboard knows what to draw against what."""
         if not points:
             return

@@ -1,7 +1,8 @@
-"""Modalities are plugins: one package per modality, each registering a :class:`~poslab.plugins.Modality`
-in its ``__init__`` (the record and the registry live in :mod:`poslab.plugins`)."""
+"""Modalities are plugins: one package per modality, each registering a :class:`~poslab.modalities.registry.Modality`
+in its ``__init__`` (the record and the registry live in :mod:`poslab.modalities.registry`)."""
 
-from poslab.plugins import (
+from poslab.modalities.registry import (
+    Canvas,
     Modality,
     Ref,
     available_modalities,
@@ -12,6 +13,7 @@ from poslab.plugins import (
 )
 
 __all__ = [
+    "Canvas",
     "Modality",
     "Ref",
     "available_modalities",

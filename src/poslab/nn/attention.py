@@ -17,9 +17,9 @@ from torch import nn
 
 from poslab.encoders.base import EXPLICIT_HOOKS, PositionEncoder
 from poslab.nn.kernels import cpu_flash, flex
-from poslab.offsets import expand_offsets, toeplitz_rows
+from poslab.nn.precision import full_precision
 from poslab.positions import Positions
-from poslab.precision import full_precision
+from poslab.positions.offsets import expand_offsets, toeplitz_rows
 
 
 class AttentionBias:

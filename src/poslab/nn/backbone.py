@@ -19,8 +19,8 @@ from torch import nn
 
 from poslab.encoders.base import PositionEncoder
 from poslab.nn.attention import AttentionBias, SelfAttention
-from poslab.offsets import toeplitz_offsets
 from poslab.positions import Positions, steps_start
+from poslab.positions.offsets import toeplitz_offsets
 
 
 class TransformerBlock(nn.Module):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from poslab.plugins import get_modality
+from poslab.modalities.registry import get_modality
 
 
 def task_class(modality: str, name: str):
@@ -19,7 +19,7 @@ def task_class(modality: str, name: str):
 
 def build_task(cfg: Any, datamodule: Any):
     """The task module for ``cfg``, sized by what the data module reports."""
-    from poslab.config import to_dict
+    from poslab.config.composition import to_dict
 
     cls = task_class(cfg.modality, cfg.task.name)
     return cls(to_dict(cfg), **datamodule.model_facts(), context=datamodule.context_options())

@@ -7,7 +7,7 @@ from typing import Any
 import lightning as L
 
 from poslab.encoders import PositionEncoder, build_encoder_in_context
-from poslab.optimizers import configure
+from poslab.tasks.optimizers import configure
 
 
 class PositionTask(L.LightningModule):

@@ -12,9 +12,9 @@ import torch
 import torch.nn.functional as F
 from torchmetrics.classification import MulticlassAccuracy
 
-from poslab import plots
 from poslab.evaluation.probes import Evaluation
 from poslab.tasks.base import PositionTask
+from poslab.track import plots
 
 
 class Classifier(PositionTask):

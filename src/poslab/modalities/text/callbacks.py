@@ -5,13 +5,13 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from poslab import plots
 from poslab.encoders.longrope_search import SearchBudget, SearchResult
 from poslab.evaluation.probes import Evaluation, Probe
-from poslab.loggers import log_line_chart
 from poslab.modalities.text import lengen
 from poslab.modalities.text.lengen import BASE, length_passes, usable_extensions
 from poslab.modalities.text.sequence_tasks import WRITE_SHARE
+from poslab.track import plots
+from poslab.track.loggers import log_line_chart
 
 
 class LengthGeneralization(Evaluation):

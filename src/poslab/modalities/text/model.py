@@ -7,10 +7,10 @@ from typing import Annotated
 import torch
 from torch import nn
 
+from poslab.config.ranges import POSITIVE, Depth, Dropout, Heads, MlpRatio, Width
 from poslab.encoders.base import PositionEncoder
 from poslab.nn.backbone import Transformer
 from poslab.positions import Positions
-from poslab.ranges import POSITIVE, Depth, Dropout, Heads, MlpRatio, Width
 
 
 class CausalLM(nn.Module):

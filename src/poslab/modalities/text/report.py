@@ -7,8 +7,8 @@ import statistics
 from collections import defaultdict
 from collections.abc import Sequence
 
-from poslab.report import markdown_table
-from poslab.report_figures import pyplot
+from poslab.study.report_figures import pyplot
+from poslab.track.tables import markdown_table
 
 
 def multiples(group, prefix: str) -> dict[str, dict[int, float]]:
@@ -80,7 +80,7 @@ def depth_accuracy(group) -> dict[int, dict[float, float | None]]:
 
 def recall_depth(groups: Sequence):
     """Associative recall: accuracy by depth of the queried pair x length, one heatmap per encoder."""
-    from poslab import plots
+    from poslab.track import plots
 
     data = {g.label: grid for g in groups if (grid := depth_accuracy(g))}
     if not data:

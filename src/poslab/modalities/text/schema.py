@@ -3,7 +3,7 @@
 An option is declared once, here (``model.*``: in the causal LM's
 constructor); ``configs/modality/text.yaml`` and experiments set other values,
 and validation and ``poslab train --options`` derive from these declarations.
-Each range is declared at its field (``Annotated[int, AT_LEAST_1]``, :mod:`poslab.ranges`).
+Each range is declared at its field (``Annotated[int, AT_LEAST_1]``, :mod:`poslab.config.ranges`).
 """
 
 from __future__ import annotations
@@ -11,14 +11,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Annotated, Literal, Optional
 
+from poslab.config.options import options_schema
+from poslab.config.ranges import AT_LEAST_1, Range
+from poslab.config.schema import EvalConfig, ModelConfig
 from poslab.encoders import available_encoders, encoder_class
 from poslab.encoders.rope_scaling import SCALINGS
 from poslab.modalities.text.model import CausalLM
 from poslab.modalities.text.sequence_tasks import TASKS as SEQUENCE_TASKS
 from poslab.modalities.text.sources import SOURCES as TEXT_SOURCES
-from poslab.options import options_schema
-from poslab.ranges import AT_LEAST_1, Range
-from poslab.schema import EvalConfig, ModelConfig
 
 #: What the length study may apply at evaluation: every RoPE scaling but none, and the extensions other
 #: encoders declare (rnope's ``swan``).

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from poslab.modalities import Canvas
 from poslab.positions import Positions
-from poslab.show import Canvas
 
 
 def canvas(length: int | None) -> Canvas:

@@ -9,9 +9,9 @@ import torch
 import torch.nn.functional as F
 from torchmetrics import MeanMetric
 
+from poslab.config.options import pick_options
 from poslab.modalities.text.lengen import as_generated
 from poslab.modalities.text.model import CausalLM
-from poslab.options import pick_options
 from poslab.tasks.base import PositionTask
 
 

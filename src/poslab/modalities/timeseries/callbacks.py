@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import torch
 
-from poslab import plots
 from poslab.evaluation.probes import Buckets, Evaluation, Probe
 from poslab.modalities.timeseries.baselines import fit_ridge, forecast_errors, stack_windows
 from poslab.modalities.timeseries.data import seasonal_steps
 from poslab.modalities.timeseries.probes import drop_steps, irregular_lookback
-from poslab.timestamps import calendar_fields
+from poslab.positions.timestamps import calendar_fields
+from poslab.track import plots
 
 WEEKDAYS = ["Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"]
 

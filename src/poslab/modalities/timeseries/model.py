@@ -31,11 +31,11 @@ from typing import Annotated, Literal
 import torch
 from torch import nn
 
+from poslab.config.ranges import AT_LEAST_1, Depth, Dropout, Heads, MlpRatio, Width
 from poslab.encoders.base import PositionEncoder
 from poslab.errors import ConfigError, PoslabError
 from poslab.nn.backbone import Transformer
 from poslab.positions import Positions
-from poslab.ranges import AT_LEAST_1, Depth, Dropout, Heads, MlpRatio, Width
 
 LAYOUTS = ("step", "patch", "query")
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from poslab.report_figures import keyed_means, pyplot
+from poslab.study.report_figures import keyed_means, pyplot
 
 #: Per-bucket test MSE keys; the captured x is the bucket's last forecast step.
 HORIZON_BUCKETS = r"test/mse@h\d+-(\d+)"

@@ -3,7 +3,7 @@
 An option is declared once, here (``model.*``: in the forecaster's
 constructor); ``configs/modality/timeseries.yaml`` and experiments set other
 values, and validation and ``poslab train --options`` derive from these
-declarations. Each range is declared at its field (``Annotated[int, AT_LEAST_1]``, :mod:`poslab.ranges`).
+declarations. Each range is declared at its field (``Annotated[int, AT_LEAST_1]``, :mod:`poslab.config.ranges`).
 """
 
 from __future__ import annotations
@@ -11,11 +11,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Annotated, Literal, Optional
 
+from poslab.config.options import options_schema
+from poslab.config.ranges import AT_LEAST_0, AT_LEAST_1, FRACTION
+from poslab.config.schema import EvalConfig, ModelConfig
 from poslab.modalities.timeseries.model import Forecaster
 from poslab.modalities.timeseries.sources import SOURCES
-from poslab.options import options_schema
-from poslab.ranges import AT_LEAST_0, AT_LEAST_1, FRACTION
-from poslab.schema import EvalConfig, ModelConfig
 
 
 @dataclass

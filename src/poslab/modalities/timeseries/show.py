@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import torch
 
+from poslab.modalities import Canvas
 from poslab.positions import Positions
-from poslab.show import Canvas
 
 MONDAY = 1_467_590_400  # 2016-07-04 00:00 UTC, a Monday (ETTh1's period)
 HOURS = 7 * 24

@@ -8,8 +8,8 @@ import torch
 import torch.nn.functional as F
 from torchmetrics import MeanAbsoluteError, MeanSquaredError
 
+from poslab.config.options import pick_options
 from poslab.modalities.timeseries.model import Forecaster
-from poslab.options import pick_options
 from poslab.positions import Positions
 from poslab.tasks.base import PositionTask
 

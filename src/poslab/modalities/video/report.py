@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from poslab.report_figures import keyed_means, pyplot
+from poslab.study.report_figures import keyed_means, pyplot
 
 PROBES = (("temporal", "f", "frames"), ("spatial", "px", "canvas (px)"))
 

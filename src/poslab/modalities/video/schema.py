@@ -3,7 +3,7 @@
 An option is declared once, here (``model.*``: in the ViT's constructor);
 ``configs/modality/video.yaml`` and experiments set other values, and
 validation and ``poslab train --options`` derive from these declarations.
-Each range is declared at its field (``Annotated[int, AT_LEAST_1]``, :mod:`poslab.ranges`).
+Each range is declared at its field (``Annotated[int, AT_LEAST_1]``, :mod:`poslab.config.ranges`).
 """
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Annotated, Literal, Optional
 
+from poslab.config.options import options_schema
+from poslab.config.ranges import AT_LEAST_0, AT_LEAST_1, FRACTION, POSITIVE, SEED
+from poslab.config.schema import EvalConfig, ModelConfig
 from poslab.modalities.vision.model import ViT
-from poslab.options import options_schema
-from poslab.ranges import AT_LEAST_0, AT_LEAST_1, FRACTION, POSITIVE, SEED
-from poslab.schema import EvalConfig, ModelConfig
 
 
 @dataclass

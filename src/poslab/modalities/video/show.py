@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from poslab.modalities import Canvas
 from poslab.modalities.video.data import clip_positions
-from poslab.show import Canvas
 
 FRAMES, CELLS = 8, 4
 

@@ -6,10 +6,10 @@ from typing import Any
 
 from torch import nn
 
+from poslab.config.options import pick_options
 from poslab.modalities.video.callbacks import ExtrapolationProbe
 from poslab.modalities.video.model import VideoViT
 from poslab.modalities.vision.model import ViT
-from poslab.options import pick_options
 from poslab.tasks.classification import Classifier
 
 

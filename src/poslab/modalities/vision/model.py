@@ -12,10 +12,10 @@ from typing import Literal
 import torch
 from torch import nn
 
+from poslab.config.ranges import Depth, Dropout, Heads, MlpRatio, Width
 from poslab.encoders.base import PositionEncoder
 from poslab.nn.backbone import Transformer
 from poslab.positions import Positions
-from poslab.ranges import Depth, Dropout, Heads, MlpRatio, Width
 
 
 class ViT(nn.Module):

@@ -5,8 +5,8 @@ from __future__ import annotations
 import math
 
 from poslab.encoders.grid import grid_coordinates
+from poslab.modalities import Canvas
 from poslab.positions import Positions
-from poslab.show import Canvas
 
 
 def canvas(length: int | None) -> Canvas:

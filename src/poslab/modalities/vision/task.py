@@ -6,9 +6,9 @@ from typing import Any
 
 from torch import nn
 
+from poslab.config.options import pick_options
 from poslab.modalities.vision.callbacks import ResolutionReport
 from poslab.modalities.vision.model import ViT
-from poslab.options import pick_options
 from poslab.tasks.classification import Classifier
 
 

@@ -45,8 +45,8 @@ import math
 import torch
 import torch.nn.functional as F
 
-from poslab import denormals
-from poslab.offsets import clamped_offsets, expand_offsets, offset_radius, toeplitz_rows
+from poslab.positions.offsets import clamped_offsets, expand_offsets, offset_radius, toeplitz_rows
+from poslab.run import denormals
 
 _FLASH = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
 _FLASH_BACKWARD = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu_backward", None)
@@ -90,7 +90,7 @@ LINEAR_BAND = 64
 #: Values (less the one at offset 0) within this fraction of the line's range, slope·(L − 1), of the line
 #: through offsets 0 and −(L − 1) count as linear: float32 ALiBi values are within 6e−8 of it.
 LINEAR_TOLERANCE = 1e-6
-#: Unless the process flushes denormals (:mod:`poslab.denormals`, as the ``poslab`` command does),
+#: Unless the process flushes denormals (:mod:`poslab.run.denormals`, as the ``poslab`` command does),
 #: probabilities below e^UNDERFLOW ≈ 1e−30 are taken as 0 in the backward. Left alone, float32 turns
 #: them (and their products) into denormals, which the CPU computes far slower: ALiBi's far keys made
 #: the whole training step 4.9x ``none`` at L = 1024 (1.6x with this cut). The change to any gradient

@@ -27,7 +27,7 @@ import torch
 
 from poslab.data.sources import discover
 from poslab.errors import DataError
-from poslab.rundir import shareable
+from poslab.files import shareable
 
 Arrays = tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor | None]
 

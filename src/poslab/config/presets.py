@@ -1,0 +1,102 @@
+"""Lightning callbacks a config adds by name, on top of those every run has.
+
+``callbacks: [early_stopping, lr_monitor]`` in a YAML, ``callbacks=[early_stopping]`` on the command line;
+an entry may carry options, ``{early_stopping: {patience: 5}}``, checked against the Lightning class's
+signature like any option. poslab fills what it knows of the run (the monitored metric and its direction,
+the learning rate); an option set in the config wins. A preset of a class the run already has (the
+learning-rate monitor every logged run carries) replaces it.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from poslab.errors import ConfigError, did_you_mean
+
+
+@dataclass(frozen=True)
+class RunFacts:
+    """What a preset may take from the run."""
+
+    monitor: str
+    mode: str
+    lr: float
+
+
+@dataclass(frozen=True)
+class Preset:
+    cls: str  # the class's name in lightning.pytorch.callbacks
+    supplied: Callable[[RunFacts], dict[str, Any]] = lambda run: {}
+    logs: bool = False  # it writes to the run's logger (Lightning refuses it in a run without one)
+
+
+PRESETS: dict[str, Preset] = {
+    "early_stopping": Preset("EarlyStopping", lambda run: {"monitor": run.monitor, "mode": run.mode}),
+    "lr_monitor": Preset("LearningRateMonitor", lambda run: {"logging_interval": "step"}, logs=True),
+    "swa": Preset("StochasticWeightAveraging", lambda run: {"swa_lrs": run.lr}),
+    "model_summary": Preset("ModelSummary"),
+    "rich_model_summary": Preset("RichModelSummary"),
+    "device_stats": Preset("DeviceStatsMonitor", logs=True),
+}
+
+
+def entries(listed: list[Any]) -> list[tuple[str, dict[str, Any]]]:
+    """``(preset, options)`` per entry of ``callbacks``: a name, or a one-key mapping name -> options."""
+    out = []
+    for entry in listed:
+        if isinstance(entry, str):
+            out.append((entry, {}))
+        elif isinstance(entry, Mapping) and len(entry) == 1:
+            ((name, options),) = entry.items()
+            if options is not None and not isinstance(options, Mapping):
+                raise ConfigError(f"callbacks: the options of {name!r} must be a mapping, got {options!r}")
+            out.append((str(name), dict(options or {})))
+        else:
+            raise ConfigError(f"callbacks: each entry is a preset name or {{name: {{options}}}}, got {entry!r}")
+    for name, _ in out:
+        if name not in PRESETS:
+            raise ConfigError(
+                f"unknown callback preset {name!r}{did_you_mean(name, list(PRESETS))}; valid: {', '.join(PRESETS)}"
+            )
+    return out
+
+
+def check_logger(listed: list[Any], logger: str) -> None:
+    """A preset that logs, in a run without a logger, is one line before anything is written (Lightning would
+    refuse it once the fit starts)."""
+    for name, _ in entries(listed):
+        if PRESETS[name].logs and logger == "none":
+            raise ConfigError(
+                f"callbacks: {name} writes to the run's logger, and logger=none has none; use "
+                "logger=csv, tensorboard or wandb"
+            )
+
+
+def lightning_class(name: str) -> type:
+    from lightning.pytorch import callbacks
+
+    return getattr(callbacks, PRESETS[name].cls)
+
+
+@functools.cache
+def preset_schema(name: str) -> type:
+    """The options of preset ``name``: its Lightning class's constructor arguments and defaults."""
+    from poslab.config.options import signature_schema
+
+    schema = signature_schema(f"Callback_{name}", lightning_class(name))
+    schema.label = f"callback preset {name}"
+    return schema
+
+
+def build_callbacks(listed: list[Any], run: RunFacts, existing: list) -> list:
+    """``existing`` (the run's own callbacks) with the presets added; a preset of a class already there
+    replaces that callback."""
+    added = []
+    for name, options in entries(listed):
+        cls = lightning_class(name)
+        added.append(cls(**{**PRESETS[name].supplied(run), **options}))
+    kinds = {type(c) for c in added}
+    return [c for c in existing if type(c) not in kinds] + added

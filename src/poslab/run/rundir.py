@@ -1,0 +1,105 @@
+"""The run directory: its name, where it lies, who holds it (one writer: :mod:`poslab.run.locks`), and clearing
+what a failed run left."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import secrets
+import shutil
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from poslab.errors import ConfigError
+from poslab.run import cluster, locks
+from poslab.run.cluster import RUN_NAME_ENV, is_child_rank  # noqa: F401  (re-exported: where runs are named)
+from poslab.run.locks import RunInUse  # noqa: F401  (re-exported)
+
+
+def run_name(cfg: Any, config_digest: str = "") -> str:
+    """``run.name``; under SLURM or torchrun ``<encoder>-s<seed>-<config digest>-<launch>`` (``job1234``,
+    ``torchrun-98c5014d``: every rank derives the same, and a requeued job finds it again); else
+    ``<encoder>-s<seed>-<date>-<time>-<4 hex>`` (unique per launch; Lightning's DDP children inherit it)."""
+    if cfg.run.name:
+        return cfg.run.name
+    launch = cluster.current()
+    if launch.tag:
+        return f"{cfg.encoder.name}-s{cfg.seed}-{config_digest[:6]}-{launch.tag}".replace("--", "-")
+    inherited = os.environ.get(RUN_NAME_ENV)
+    if inherited and "LOCAL_RANK" in os.environ:
+        return inherited
+    return f"{cfg.encoder.name}-s{cfg.seed}-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
+
+
+def launch_wandb_id(run_dir: Path) -> str:
+    """The W&B run id of a launch's run, the same on every rank and after a requeue (a local run draws one)."""
+    return hashlib.sha256(str(run_dir).encode()).hexdigest()[:8]
+
+
+def resumable_launch_run(run_dir: Path) -> bool:
+    """A SLURM job or torchrun launch that finds its own run unfinished (requeued, restarted): it resumes it."""
+    return (
+        cluster.current().kind != "local"
+        and (run_dir / "checkpoints" / "last.ckpt").is_file()
+        and not (run_dir / "summary.json").exists()
+    )
+
+
+def create_run_dir(cfg: Any, name: str) -> Path:
+    """``<run.root>/<modality>/<name>``, as an absolute path (Lightning reports absolute ones).
+
+    A directory that holds a finished run, or the checkpoints of an unfinished one, is refused: a new run
+    there would mix its checkpoints with the old ones (``best-v1.ckpt``)."""
+    run_dir = (Path(cfg.run.root) / cfg.modality / name).resolve()
+    if (run_dir / "summary.json").exists():
+        raise ConfigError(f"run directory {run_dir} already holds a finished run; choose another run.name")
+    if not is_child_rank() and any((run_dir / "checkpoints").glob("*.ckpt")):
+        raise ConfigError(
+            f"run directory {run_dir} holds an unfinished run's checkpoints; continue it with resume={run_dir}, "
+            "or remove the directory to start again"
+        )
+    run_dir.mkdir(parents=True, exist_ok=True)
+    return run_dir
+
+
+def run_in_use(run_dir: Path) -> bool:
+    """Whether a live process holds ``run_dir``'s lock (a lock left by a finished or killed run does not)."""
+    return locks.in_use(run_dir)
+
+
+#: Run directories this process holds (a comparison claims a run, then trains it: the one lock).
+_HELD: set[Path] = set()
+
+
+@contextmanager
+def run_lock(run_dir: Path) -> Iterator[None]:
+    """This process's exclusive use of ``run_dir`` while it trains (:mod:`poslab.run.locks`: an OS lock, or lock
+    files where the file system has none); a second process is refused with :class:`RunInUse`. The other
+    ranks of a launch share the lock of its rank 0; a lock this process holds already is held once."""
+    key = Path(run_dir).resolve()
+    if is_child_rank() or key in _HELD:
+        yield
+        return
+    with locks.exclusive(run_dir):
+        _HELD.add(key)
+        try:
+            yield
+        finally:
+            _HELD.discard(key)
+
+
+def clear_run_dir(run_dir: Path) -> None:
+    """Empty a run directory this process holds, keeping its lock files (removing a held lock file would let
+    another process lock a new one)."""
+    for entry in Path(run_dir).iterdir():
+        if entry.name in (".lock", locks.HELD):
+            continue
+        shutil.rmtree(entry) if entry.is_dir() and not entry.is_symlink() else entry.unlink(missing_ok=True)
+
+
+def remove_run_dir(run_dir: Path) -> None:
+    """Remove what a run that failed on bad input left (nothing half-written survives)."""
+    shutil.rmtree(run_dir, ignore_errors=True)

@@ -1,0 +1,1 @@
+"""Side commands: ``poslab show``, ``bench``, ``new`` (scaffolds), ``make gpu-check`` and ``make docs``."""

@@ -1,0 +1,39 @@
+"""The toy modality: its data, its options and a short run, on data it makes itself (no network)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from poslab.config.composition import compose, option_rows
+from poslab.data import build_datamodule
+from poslab.encoders import available_encoders
+from poslab.errors import ConfigError
+from poslab.run.train import train
+
+
+def test_the_label_says_whether_the_first_token_is_larger_than_the_last():
+    data = build_datamodule(compose(["modality=toy", "data.size=50", "data.length=5"]))
+    data.setup("fit")
+    tokens, labels = data.splits["fit"].tensors
+    assert tokens.shape == (50, 5) and labels.tolist() == (tokens[:, 0] > tokens[:, -1]).long().tolist()
+    assert not tokens.equal(data.splits["validate"].tensors[0])  # each split its own sequences
+
+
+def test_the_options_are_declared_once_and_checked():
+    rows = {key: kind for key, kind, *_ in option_rows(compose(["modality=toy"]))}
+    assert rows["data.length"] == "int, >= 2" and rows["model.dim"].startswith("int")
+    with pytest.raises(ConfigError, match="config key 'data.length' must be >= 2, got 1"):
+        compose(["modality=toy", "data.length=1"])
+    assert "rope" in available_encoders("toy") and "sincos2d" not in available_encoders("toy")  # steps only
+
+
+def test_a_short_run_writes_its_summary(tmp_path):
+    summary = train(compose(["modality=toy", "encoder=rope", "logger=none", f"run.root={tmp_path}",
+                             "data.size=64", "trainer.max_epochs=1", "trainer.enable_progress_bar=false"]))  # fmt: skip
+    written = json.loads((Path(summary["run_dir"]) / "summary.json").read_text())
+    assert Path(summary["run_dir"]).parent == tmp_path / "toy"
+    assert written["metrics"]["test/acc"] == summary["metrics"]["test/acc"]
+    assert 0.0 <= summary["metrics"]["test/acc"] <= 1.0 and summary["metrics"]["test/loss"] > 0

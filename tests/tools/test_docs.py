@@ -1,0 +1,103 @@
+"""The docs' generated tables match the code and configs: a new encoder, option or experiment fails here
+until ``make docs`` regenerates its row."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from poslab.encoders import registry
+from poslab.encoders.base import PositionEncoder
+from poslab.tools import docs
+
+DOCS = Path(__file__).resolve().parents[2] / "docs"
+
+
+@pytest.fixture(scope="module")
+def generated() -> dict[str, str]:
+    return docs.blocks(docs.read_verdicts(DOCS))
+
+
+def test_the_committed_pages_are_what_make_docs_generates(generated):
+    stale = [p.name for p in docs.pages(DOCS) if docs.render(t := p.read_text(encoding="utf-8"), generated) != t]
+    assert not stale, f"stale generated tables in {stale}: run `make docs`"
+    assert {"encoders", "experiments", "options:vision", "options:text"} <= set(generated)
+
+
+def test_every_encoder_and_experiment_has_its_row(generated):
+    for name in docs.own_encoders():  # an installed plugin's encoders are the plugin's to document
+        assert f"| `{name}` |" in generated["encoders"], name
+    for name in docs.experiments():
+        assert f"| `{name}` |" in generated["experiments"], name
+    assert "| `stickbreaking` | Tan et al. 2025 | `attention_weights` | — |" in generated["encoders"]
+    assert (
+        "| `needle` | text | `none`, `sinusoidal`, `rope`, `alibi`, `t5`, `rnope`, `rnope/swa` |"
+        in generated["experiments"]
+    )  # an encoder's own variant beside it
+    assert "| `learned`, `sinusoidal`, `rope` × `plain`, `randomized` |" in generated["experiments"]  # shared ones
+
+
+def test_a_new_encoder_makes_the_encoder_page_stale_until_regenerated(tmp_path, generated, monkeypatch):
+    copy = tmp_path / "docs"
+    shutil.copytree(DOCS, copy)
+    unchanged = {k: v for k, v in generated.items() if k != "encoders"}
+    monkeypatch.setattr(docs, "options_block", lambda modality: unchanged[f"options:{modality}"])  # as committed
+
+    @registry.register_encoder("throwaway")
+    class Throwaway(PositionEncoder):
+        paper = "Nobody 2026"
+        reads = "steps"
+
+        def __init__(self, dim: int, num_heads: int, scale: float = 2.0) -> None:
+            super().__init__(dim, num_heads)
+
+        def encode_input(self, x, pos):
+            return x
+
+    try:
+        assert [Path(p).name for p in docs.stale(copy)] == ["encoders.md"]
+        docs.write(copy, echo=lambda line: None)
+        assert docs.stale(copy) == []
+        assert "| `throwaway` | Nobody 2026 | `encode_input` | `steps` |" in (copy / "encoders.md").read_text()
+    finally:
+        registry._REGISTRY.pop("throwaway", None)
+
+
+def test_only_the_marked_blocks_are_rewritten():
+    page = (
+        "# Title\nprose\n<!-- poslab-docs:x -->\nold\n<!-- /poslab-docs:x -->\nmore prose\n"
+        "<!-- poslab-docs:y -->\nkept\n<!-- /poslab-docs:y -->\n"
+    )
+    out = docs.render(page, {"x": "new\n"})
+    assert out == page.replace("old\n", "new\n")
+
+
+def test_every_encoder_names_its_paper():
+    """``paper`` is declared in each encoder's own class (an empty one says it is a common construction)."""
+    from poslab.encoders import encoder_class
+
+    missing = [name for name in docs.own_encoders() if "paper" not in vars(encoder_class(name))]
+    assert not missing, missing
+
+
+def test_an_experiments_first_sentence_runs_past_a_citation():
+    assert docs.first_sentence("Text: xPos (Sun et al. 2022) with blocks. More here.") == (
+        "Text: xPos (Sun et al. 2022) with blocks."
+    )
+    assert docs.first_sentence("One (e.g. two). Three.") == "One (e.g. two)."
+    assert all(not row.endswith("et al.") for row in docs.experiments_block({}).split(" | "))
+
+
+def test_a_generated_block_no_page_marks_is_stale_and_written_to_its_home(tmp_path, generated, monkeypatch):
+    """A modality added since the docs were made: its options table has no markers anywhere; `--check`
+    says so, and `make docs` adds a section for it to modalities.md."""
+    copy = tmp_path / "docs"
+    shutil.copytree(DOCS, copy)
+    monkeypatch.setattr(docs, "blocks", lambda verdicts: {**generated, "options:audio": "| key |\n|---|\n"})
+    assert [p for p in docs.stale(copy)] == [f"{copy / 'modalities.md'} (no block options:audio)"]
+    docs.write(copy, echo=lambda line: None)
+    assert docs.stale(copy) == []
+    text = (copy / "modalities.md").read_text()
+    assert "## audio: options" in text and "<!-- poslab-docs:options:audio -->\n| key |\n|---|\n<!--" in text

@@ -1,0 +1,136 @@
+"""W&B offline runs, mode resolution, and the other logger presets (no server needed)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from poslab.config.composition import compose
+from poslab.run.train import train
+from poslab.track.loggers import resolve_wandb_mode
+
+
+def wandb_run(tiny, *extra):
+    overrides = [o for o in tiny if not o.startswith("logger=")]
+    return train(compose([*overrides, "logger=wandb", *extra]))
+
+
+def test_offline_run_writes_its_files_and_finishes(tiny):
+    import wandb
+
+    summary = wandb_run(tiny, "logger.mode=offline")
+    info = summary["wandb"]
+    assert info["mode"] == "offline" and info["url"] is None
+    run_dir = Path(info["dir"])
+    assert run_dir.name.startswith("offline-run-") and run_dir.is_relative_to(summary["run_dir"])
+    (record,) = run_dir.glob("run-*.wandb")
+    assert record.stat().st_size > 2000  # flushed, not just the header (finish + teardown)
+    media = run_dir / "files" / "media"
+    assert list((media / "images").rglob("*.png")), "encoder / per-class figures not logged"
+    assert list((media / "table").rglob("*.table.json")), "per-class table not logged"
+    assert info["sync_command"] == f"wandb sync {run_dir}"
+    assert wandb.run is None  # finished
+
+
+def test_a_second_run_in_the_same_process_is_separate(tiny):
+    first = wandb_run(tiny, "logger.mode=offline", "run.name=first")
+    second = wandb_run(tiny, "logger.mode=offline", "run.name=second")
+    assert first["wandb"]["dir"] != second["wandb"]["dir"]
+    assert Path(second["wandb"]["dir"]).is_relative_to(second["run_dir"])
+    for s in (first, second):
+        assert len(list(Path(s["run_dir"], "wandb").glob("offline-run-*"))) == 1
+
+
+def test_explicit_mode_wins_over_the_environment(tiny, monkeypatch):
+    monkeypatch.setenv("WANDB_MODE", "disabled")
+    summary = wandb_run(tiny, "logger.mode=offline")
+    assert summary["wandb"]["mode"] == "offline"
+    assert list(Path(summary["wandb"]["dir"]).glob("run-*.wandb"))
+
+
+def test_disabled_mode_writes_no_wandb_files(tiny):
+    summary = wandb_run(tiny, "logger.mode=disabled")
+    assert summary["wandb"]["mode"] == "disabled" and summary["wandb"]["sync_command"] is None
+    assert not list(Path(summary["run_dir"]).rglob("*.wandb"))
+
+
+def test_the_printed_sync_command_is_valid(tiny):
+    summary = wandb_run(tiny, "logger.mode=offline")
+    run_dir = summary["wandb"]["dir"]
+    wandb_bin = Path(sys.executable).with_name("wandb")
+    env = {k: v for k, v in os.environ.items() if k != "WANDB_SILENT"}
+    out = subprocess.run(
+        [str(wandb_bin), "sync", "--dry-run", run_dir], capture_output=True, text=True, timeout=60, env=env
+    )
+    assert out.returncode == 0, out.stderr
+    assert "Would sync 1 run(s)" in out.stdout + out.stderr
+
+
+def test_auto_mode(monkeypatch, tmp_path):
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    monkeypatch.setenv("NETRC", str(tmp_path / "missing"))
+    assert resolve_wandb_mode("auto") == "offline"
+    netrc = tmp_path / "netrc"
+    netrc.write_text("machine api.wandb.ai\n  login user\n  password abc\n")
+    netrc.chmod(0o600)
+    monkeypatch.setenv("NETRC", str(netrc))
+    assert resolve_wandb_mode("auto") == "online"
+    monkeypatch.setenv("NETRC", str(tmp_path / "missing"))
+    monkeypatch.setenv("WANDB_API_KEY", "x" * 40)
+    assert resolve_wandb_mode("auto") == "online"
+    monkeypatch.setenv("WANDB_MODE", "disabled")
+    assert resolve_wandb_mode("auto") == "disabled"
+    assert resolve_wandb_mode("offline") == "offline"  # explicit always wins
+
+
+def test_tensorboard_preset_writes_event_files(tiny):
+    overrides = [o for o in tiny if not o.startswith("logger=")]
+    summary = train(compose([*overrides, "logger=tensorboard"]))
+    assert list(Path(summary["run_dir"], "tensorboard").glob("events.out.tfevents.*"))
+
+
+def test_wandb_groups_aggregate_seeds_per_experiment_and_encoder():
+    from poslab.track.loggers import wandb_group
+
+    assert wandb_group(compose(["modality=text", "encoder=alibi", "seed=3"])) == "text-lm-alibi"
+    needle = compose(["experiment=needle", "encoder=alibi"])
+    assert wandb_group(needle) == "text-sequence-needle-alibi"
+    assert wandb_group(compose(["experiment=needle", "encoder=alibi", "seed=1"])) == wandb_group(needle)
+    assert wandb_group(compose(["experiment=needle", "logger.group=mine"])) == "mine"
+
+
+def test_online_w_and_b_that_cannot_start_falls_back_to_offline_once(tiny, monkeypatch, capsys):
+    """Without credentials (or network) an online run logs offline with one line saying so and how to upload;
+    the next run of the process (a comparison's) does not try again."""
+    import poslab.track.loggers as loggers
+
+    monkeypatch.setattr(loggers, "_online_failure", None)
+    tried = []
+    start = loggers._start_wandb
+
+    def counting(cfg, run_dir, run_name, job_type, wandb_id, mode):
+        tried.append(mode)
+        return start(cfg, run_dir, run_name, job_type, wandb_id, mode)
+
+    monkeypatch.setattr(loggers, "_start_wandb", counting)
+    first = wandb_run(tiny, "logger.mode=online", "run.name=first")
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("poslab:")]
+    assert len(lines) == 1 and "W&B could not start online (" in lines[0] and "wandb sync" in lines[0]
+    assert first["wandb"]["mode"] == "offline" and first["wandb"]["sync_command"]
+    second = wandb_run(tiny, "logger.mode=online", "run.name=second")
+    assert tried == ["online", "offline", "offline"] and second["wandb"]["mode"] == "offline"
+    assert not [line for line in capsys.readouterr().err.splitlines() if line.startswith("poslab:")]
+
+
+def test_an_unknown_wandb_mode_in_the_environment_is_one_line(tiny, monkeypatch, capsys, tmp_path):
+    from poslab.cli import main
+
+    monkeypatch.setenv("WANDB_MODE", "bogus")
+    overrides = [o for o in tiny if not o.startswith(("logger=", "run.root="))]
+    assert main(["train", *overrides, "logger=wandb", f"run.root={tmp_path}"]) == 2
+    err = capsys.readouterr().err
+    assert err == "poslab: error: WANDB_MODE=bogus is not a W&B mode; valid: online, offline, disabled\n"
+    assert not list((tmp_path / "vision").iterdir())  # nothing left behind
