@@ -138,12 +138,12 @@ def test_a_permission_error_is_one_line_naming_the_path(capsys, monkeypatch, tmp
     """(As root, read-only folders are writable: the error is raised where the run directory is made.)"""
     import errno
 
-    import poslab.run.train
+    import poslab.run.run
 
     def refuse(cfg, name):
         raise PermissionError(errno.EACCES, "Permission denied", str(tmp_path / "runs"))
 
-    monkeypatch.setattr(poslab.run.train, "create_run_dir", refuse)
+    monkeypatch.setattr(poslab.run.run, "create_run_dir", refuse)
     code, _, err = run_cli(capsys, "train", "logger=none", "trainer.max_epochs=1", "model.dim=16", "model.depth=1",
                            "model.num_heads=2", f"data.root={tmp_path}")  # fmt: skip
     assert code == 2 and err.splitlines()[-1] == f"poslab: error: cannot write {tmp_path / 'runs'}: permission denied"

@@ -165,7 +165,7 @@ def test_every_command_ends_on_a_signal_with_its_code_and_one_line(
 ):
     """Composing a config, drawing a report, listing: the same path as a run, 128 + signal and one line."""
     import poslab.cli
-    import poslab.config.composition
+    import poslab.run.resume
     import poslab.study.compare
 
     def signalled(*args, **kwargs):
@@ -178,7 +178,7 @@ def test_every_command_ends_on_a_signal_with_its_code_and_one_line(
         "list": (poslab.cli, "_list"),
         "compare": (poslab.study.compare, "plan"),
     }
-    owner, name = patched.get(command.split()[0], (poslab.config.composition, "compose"))
+    owner, name = patched.get(command.split()[0], (poslab.run.resume, "compose"))  # what `poslab train` composes
     monkeypatch.setattr(owner, name, signalled)
     monkeypatch.chdir(tmp_path)
     args = {"report": ["report", str(tmp_path)], "list": ["list"]}.get(command, command.split() + tiny)

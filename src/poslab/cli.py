@@ -137,13 +137,10 @@ def _dispatch(argv: list[str]) -> int:
 
 
 def _train(args: argparse.Namespace) -> int:
-    from poslab.config.composition import compose, to_yaml
+    from poslab.config.composition import to_yaml
+    from poslab.run.resume import command_config
 
-    cfg = compose(args.overrides)
-    if cfg.resume:
-        from poslab.run.resume import resumed_config
-
-        cfg = resumed_config(cfg, args.overrides)
+    cfg = command_config(args.overrides)
     if args.print_config or args.cfg:
         print(to_yaml(cfg), end="")
         return 0

@@ -11,7 +11,8 @@ import pytest
 import yaml
 
 from poslab.config.composition import compose, option_rows
-from poslab.run.train import build_trainer, train
+from poslab.run.train import train
+from poslab.run.trainer import build_trainer
 from tests.conftest import assert_refused_in_one_line
 
 #: Object-valued arguments poslab sets: a config cannot hold a logger, a callback or a plugin object.

@@ -18,6 +18,8 @@ import os
 import re
 import shutil
 import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from poslab.errors import ConfigError
@@ -84,6 +86,24 @@ def current() -> Launch:
         return Launch("slurm", slurm_job(), _int("SLURM_PROCID"), _int("SLURM_NTASKS", 1), _int("SLURM_RESTART_COUNT"))
     rank = max(_int(k) for k in ("LOCAL_RANK", "NODE_RANK", "RANK"))
     return Launch("local", None, rank, _int("WORLD_SIZE", 1))
+
+
+def inherited_run_name() -> str | None:
+    """The run a Lightning DDP child joins: the name its parent passed it (:func:`children_join`), else None."""
+    name = os.environ.get(RUN_NAME_ENV)
+    return name if name and "LOCAL_RANK" in os.environ else None
+
+
+@contextmanager
+def children_join(name: str) -> Iterator[None]:
+    """While a run trains, the DDP children Lightning starts (re-running the command) join it by ``name``. The
+    one value passed to child processes through the environment: they start from the command line alone."""
+    os.environ[RUN_NAME_ENV] = name
+    try:
+        yield
+    finally:
+        if "LOCAL_RANK" not in os.environ:  # a child keeps it for as long as it lives
+            os.environ.pop(RUN_NAME_ENV, None)
 
 
 def is_child_rank() -> bool:

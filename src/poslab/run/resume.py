@@ -6,6 +6,9 @@ config, written when the run starts), ``run.json`` (its W&B run id) and
 SIGTERM). The resumed run trains into the same directory and the same W&B run,
 from the checkpoint's step, and — with the same seed, on the CPU — ends with the
 metrics an uninterrupted run would have.
+
+A requeued SLURM job or a restarted torchrun launch finds its own run unfinished and continues it the same way
+(:func:`resumable_launch_run`, :func:`relaunched_config`); every decision about continuing a run is made here.
 """
 
 from __future__ import annotations
@@ -16,10 +19,11 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from poslab.config.composition import recompose, to_dict
+from poslab.config.composition import compose, recompose, to_dict
 from poslab.config.policy import changeable_on_resume, rule
 from poslab.errors import ConfigError, DataError, first_line
 from poslab.files import write_json_atomic, write_text_atomic
+from poslab.run import cluster
 
 CONFIG_FILE = "config.yaml"
 RECORD_FILE = "run.json"
@@ -30,6 +34,13 @@ FIT_RECORD = Path("checkpoints") / "fit.json"
 SHOWN = 8
 #: Group selections that name what a run is, and the key holding that name in its config.
 IDENTITY = {"modality": "modality", "encoder": "encoder.name", "experiment": "experiment"}
+
+
+def command_config(overrides: list[str] | tuple[str, ...]) -> DictConfig:
+    """The config ``poslab train key=value …`` runs: composed from the overrides, or, with ``resume=``, the
+    stored config of the run it names with the overrides a resumed run may change."""
+    cfg = compose(overrides)
+    return resumed_config(cfg, overrides) if cfg.resume else cfg
 
 
 def find_run(cfg: DictConfig) -> Path:
@@ -156,3 +167,12 @@ def relaunched_config(cfg: DictConfig, run_dir: Path) -> DictConfig:
     resumed = cfg.copy()
     resumed.resume, resumed.run.name = str(run_dir), run_dir.name
     return resumed
+
+
+def resumable_launch_run(run_dir: Path) -> bool:
+    """A SLURM job or torchrun launch that finds its own run unfinished (requeued, restarted): it resumes it."""
+    return (
+        cluster.current().kind != "local"
+        and (run_dir / LAST_CHECKPOINT).is_file()
+        and not (run_dir / "summary.json").exists()
+    )

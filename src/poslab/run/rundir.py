@@ -4,7 +4,6 @@ what a failed run left."""
 from __future__ import annotations
 
 import hashlib
-import os
 import secrets
 import shutil
 import time
@@ -15,7 +14,7 @@ from typing import Any
 
 from poslab.errors import ConfigError
 from poslab.run import cluster, locks
-from poslab.run.cluster import RUN_NAME_ENV, is_child_rank  # noqa: F401  (re-exported: where runs are named)
+from poslab.run.cluster import is_child_rank
 from poslab.run.locks import RunInUse  # noqa: F401  (re-exported)
 
 
@@ -28,8 +27,8 @@ def run_name(cfg: Any, config_digest: str = "") -> str:
     launch = cluster.current()
     if launch.tag:
         return f"{cfg.encoder.name}-s{cfg.seed}-{config_digest[:6]}-{launch.tag}".replace("--", "-")
-    inherited = os.environ.get(RUN_NAME_ENV)
-    if inherited and "LOCAL_RANK" in os.environ:
+    inherited = cluster.inherited_run_name()
+    if inherited:
         return inherited
     return f"{cfg.encoder.name}-s{cfg.seed}-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
 
@@ -37,15 +36,6 @@ def run_name(cfg: Any, config_digest: str = "") -> str:
 def launch_wandb_id(run_dir: Path) -> str:
     """The W&B run id of a launch's run, the same on every rank and after a requeue (a local run draws one)."""
     return hashlib.sha256(str(run_dir).encode()).hexdigest()[:8]
-
-
-def resumable_launch_run(run_dir: Path) -> bool:
-    """A SLURM job or torchrun launch that finds its own run unfinished (requeued, restarted): it resumes it."""
-    return (
-        cluster.current().kind != "local"
-        and (run_dir / "checkpoints" / "last.ckpt").is_file()
-        and not (run_dir / "summary.json").exists()
-    )
 
 
 def create_run_dir(cfg: Any, name: str) -> Path:
