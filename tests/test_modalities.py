@@ -13,16 +13,17 @@ import pytest
 
 import poslab
 import poslab.tools.scaffolds.modality
-from poslab.config.composition import compose, group_choices, option_rows
+from poslab.config import compose
+from poslab.config.files import group_choices
 from poslab.errors import ConfigError
 from poslab.modalities import available_modalities, get_modality, register_modality, unregister_modality
+from poslab.tools.options import option_rows
 from poslab.tools.scaffolds.modality.record import MODALITY as TEMPLATE_MODALITY
 from tests.conftest import TINY
 
 PACKAGE = Path(poslab.__file__).parent
 #: Modules that name modalities on purpose, and why.
 NAMING_FOR_A_REASON = {
-    "tools/bench.py": "it times the text model",
     "tools/gpu_check.py": "its acceptance table trains each built-in modality with encoders chosen per hook family",
 }
 #: Every module outside a modality's own package (and the new-modality template): generic code works for any

@@ -49,6 +49,33 @@ def lightning_cli_form(arg: str) -> str:
     return arg
 
 
+#: The commands that take ``key=value`` overrides.
+OVERRIDING = ("train", "eval", "compare", "sweep")
+#: Hydra keys and what poslab calls them (docs/configuration.md, "Coming from Hydra or LightningCLI").
+HYDRA_KEYS = {
+    "hydra.run.dir": "run.root and run.name (a run lands in <run.root>/<modality>/<run.name>)",
+    "hydra.sweep": "poslab compare (a grid of encoders x seeds) or poslab sweep (W&B)",
+    "hydra.job.name": "run.name",
+    "hydra": "poslab's own keys (poslab train --options)",
+}
+
+
+def hydra_form(item: str) -> str:
+    """Hydra's override prefixes, where they mean something here: ``+key=v`` / ``++key=v`` (add / force-add)
+    set a declared key like ``key=v``; ``~key`` (delete) and ``hydra.*`` keys are one line saying what to use."""
+    if item.startswith("~"):
+        key = item[1:].split("=", 1)[0]
+        raise ConfigError(
+            f"'{item}': every key is declared and cannot be removed; set {key}=VALUE (defaults: poslab train --options)"
+        )
+    item = item.removeprefix("++").removeprefix("+")
+    key = item.split("=", 1)[0].strip()
+    if key == "hydra" or key.startswith("hydra."):
+        where = next(v for k, v in HYDRA_KEYS.items() if key == k or key.startswith(f"{k}."))
+        raise ConfigError(f"'{key}' is a Hydra key; poslab's equivalent: {where}")
+    return item
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="poslab",
@@ -101,6 +128,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     of composing to the last line of a report ends it with its line and exit 128 + signal."""
     argv = [lightning_cli_form(a) for a in (sys.argv[1:] if argv is None else argv)]
     try:
+        if argv[:1] and argv[0] in OVERRIDING:  # Hydra's override forms, as the commands taking key=value read them
+            argv = argv[:1] + [hydra_form(a) if "=" in a or a.startswith("~") else a for a in argv[1:]]
         with interrupts.handled():
             return _dispatch(argv)
     except RunInterrupted as exc:
@@ -145,7 +174,7 @@ def _train(args: argparse.Namespace) -> int:
         print(to_yaml(cfg), end="")
         return 0
     if args.options:
-        from poslab.config.composition import option_rows
+        from poslab.tools.options import option_rows
 
         rows = [("key", "type", "default", "value"), *option_rows(cfg)]
         widths = [max(len(r[i]) for r in rows) for i in range(3)]
@@ -218,7 +247,7 @@ def _report_cmd(args: argparse.Namespace) -> int:
 
 
 def _list(args: argparse.Namespace) -> int:
-    from poslab.config.composition import config_dirs, group_choices
+    from poslab.config.files import config_dirs, group_choices
     from poslab.encoders import available_encoders, encoder_class
 
     modalities = [args.modality] if args.modality else group_choices("modality")

@@ -18,7 +18,7 @@ from types import CodeType, ModuleType
 
 #: Old module path -> new module path (a package's old path covers its submodules).
 MOVED = {
-    "poslab.callback_presets": "poslab.config.presets",
+    "poslab.callback_presets": "poslab.run.presets",
     "poslab.callbacks": "poslab.run.callbacks",
     "poslab.checkpoint_io": "poslab.run.checkpoints",
     "poslab.cluster": "poslab.run.cluster",
@@ -35,11 +35,11 @@ MOVED = {
     "poslab.memory": "poslab.run.memory",
     "poslab.offsets": "poslab.positions.offsets",
     "poslab.optimizers": "poslab.tasks.optimizers",
-    "poslab.option_blocks": "poslab.config.blocks",
+    "poslab.option_blocks": "poslab.config.schema",
     "poslab.options": "poslab.config.options",
     "poslab.plots": "poslab.track.plots",
     "poslab.plugins": "poslab.modalities.registry",
-    "poslab.policy": "poslab.config.policy",
+    "poslab.policy": "poslab.run.policy",
     "poslab.precision": "poslab.nn.precision",
     "poslab.ranges": "poslab.config.ranges",
     "poslab.report": "poslab.study.report",
@@ -54,8 +54,8 @@ MOVED = {
     "poslab.sweep": "poslab.study.sweep",
     "poslab.timestamps": "poslab.positions.timestamps",
     "poslab.train": "poslab.run.train",
-    "poslab.trainer_arguments": "poslab.config.trainer_arguments",
-    "poslab.trainer_schema": "poslab.config.trainer",
+    "poslab.trainer_arguments": "poslab.run.trainer_arguments",
+    "poslab.trainer_schema": "poslab.run.trainer_options",
     "poslab.workers": "poslab.study.workers",
 }
 

@@ -10,19 +10,15 @@ from typing import Literal
 import pytest
 from omegaconf import OmegaConf
 
-from poslab.config.composition import (
-    compose,
-    config_dir,
-    declared_default,
-    find_config,
-    option_rows,
-    recompose,
-    to_dict,
-)
-from poslab.config.schema import encoder_schema, root_schema
+from poslab.config.checks import declared_default
+from poslab.config.composition import compose, recompose, to_dict
+from poslab.config.files import config_dir, find_config
+from poslab.config.validation import root_schema
 from poslab.encoders import available_encoders, encoder_options
+from poslab.encoders.registry import encoder_schema
 from poslab.errors import ConfigError
 from poslab.modalities import available_modalities, get_modality
+from poslab.tools.options import option_rows
 
 GROUPS = ("task", "data", "eval", "model", "logger")
 
@@ -278,7 +274,7 @@ def test_a_dataset_carries_its_own_defaults_below_the_experiment_and_the_command
 
 def steps_modalities() -> str:
     """The modalities whose data provides steps, as the fit errors list them."""
-    from poslab.config.composition import modality_positions
+    from poslab.config.files import modality_positions
 
     return ", ".join(m for m in available_modalities() if "steps" in modality_positions(m))
 
@@ -286,7 +282,7 @@ def steps_modalities() -> str:
 def test_an_experiment_tunes_one_encoder_with_encoder_options():
     """``encoder_options: {fire: {threshold: 32.0}}``: that encoder's options for the experiment, below the
     command line; the other encoders (and their runs' hashes) untouched; typos caught whichever encoder runs."""
-    from poslab.config.composition import config_hash
+    from poslab.run.policy import config_hash
 
     experiment = ["modality=text", "experiment=alibi_extrapolation"]
     assert compose([*experiment, "encoder=fire"]).encoder.threshold == 32.0  # half the context of 64
@@ -309,9 +305,8 @@ def test_an_experiment_tunes_one_encoder_with_encoder_options():
 
 def _yaml_nodes_and_schemas():
     """(file, key, node, schema) for every node a YAML sets that a schema declares defaults for."""
-    from poslab.config.schema import SchedConfig
-    from poslab.config.trainer import trainer_schema
-    from poslab.tasks.optimizers import optimizer_schema
+    from poslab.run.trainer_options import trainer_schema
+    from poslab.tasks.optimizers import SchedConfig, optimizer_schema
 
     def schemas_for(modality: str) -> dict:
         root = root_schema(get_modality(modality), encoder_schema("none"))

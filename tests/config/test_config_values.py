@@ -8,9 +8,10 @@ from hypothesis import strategies as st
 
 from poslab.cli import main
 from poslab.config.composition import compose
-from poslab.config.ranges import Range, declared_ranges
+from poslab.config.ranges import Range
 from poslab.errors import ConfigError
 from poslab.modalities import available_modalities
+from tests.config.schemas import declared_ranges
 
 BAD = [
     ("model.dim=0", "config key 'model.dim' must be in [1, 65,536], got 0"),
@@ -48,9 +49,10 @@ def test_a_value_out_of_range_is_one_line_before_anything_is_written(override, m
 def checked_ranges() -> dict[str, Range]:
     """Every range the schemas declare, over the modalities (their default encoders), the trainer and every
     optimiser."""
-    from poslab.config.schema import encoder_schema, root_schema
-    from poslab.config.trainer import trainer_schema
+    from poslab.config.validation import root_schema
+    from poslab.encoders.registry import encoder_schema
     from poslab.modalities.registry import get_modality
+    from poslab.run.trainer_options import trainer_schema
     from poslab.tasks.optimizers import optimizer_schema, optimizers
 
     found: dict[str, Range] = {}
@@ -68,8 +70,8 @@ def test_the_ranges_tables_of_library_signatures_name_real_arguments():
     a typo there would silently check nothing."""
     import dataclasses
 
-    from poslab.config import trainer as trainer_schema
     from poslab.config.options import keyword_options
+    from poslab.run import trainer_options as trainer_schema
     from poslab.tasks import optimizers
 
     trainer_keys = {f.name for f in dataclasses.fields(trainer_schema.trainer_schema())}

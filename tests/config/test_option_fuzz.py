@@ -39,8 +39,8 @@ ENDLESS_S = 150
 def numeric_keys(overrides: list[str]) -> list[str]:
     """Every numeric option of the composed config (lists as their first item), and every option the schema
     gives a range though its value is null (``encoder.window``, ``encoder.scaling.attention_factor``)."""
-    from poslab.config.ranges import declared_ranges
-    from poslab.config.schema import encoder_schema
+    from poslab.encoders.registry import encoder_schema
+    from tests.config.schemas import declared_ranges
 
     cfg = compose(overrides)
     found = []
@@ -67,7 +67,7 @@ def list_keys(overrides: list[str]) -> set[str]:
     import dataclasses
     import typing
 
-    from poslab.config.schema import encoder_schema
+    from poslab.encoders.registry import encoder_schema
 
     cfg = compose(overrides)
     found = set()

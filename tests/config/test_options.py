@@ -7,11 +7,12 @@ from typing import Literal
 import pytest
 from omegaconf import OmegaConf
 
-from poslab.config.composition import compose, option_rows
+from poslab.config import compose
 from poslab.config.options import keyword_options, options_schema, pick_options
 from poslab.config.schema import ModelConfig
 from poslab.errors import ConfigError
 from poslab.modalities import available_modalities, get_modality
+from poslab.tools.options import option_rows
 
 
 class Net:
@@ -61,3 +62,21 @@ def test_the_cli_prints_the_options(capsys):
     assert out[0].split() == ["key", "type", "default", "value"]
     assert any(line.split()[:3] == ["model.embed_std", "float,", ">"] for line in out)
     assert any(line.startswith("encoder.bidirectional") for line in out)
+
+
+def test_a_composed_configs_encoder_options_are_checked_once(monkeypatch):
+    """Composing checks the options; the task then builds its encoder from them without checking them again
+    (the constructor receives checked values). Built in code, ``build_encoder`` checks what it is given."""
+    from poslab.data import build_datamodule
+    from poslab.encoders import build_encoder, registry
+    from poslab.tasks import build_task
+
+    cfg = compose(["modality=text", "encoder=rope", "model.dim=16", "model.depth=1", "model.num_heads=2"])
+    datamodule = build_datamodule(cfg)
+    datamodule.setup("fit")
+    calls = []
+    monkeypatch.setattr(registry, "check_block", lambda *args, **kwargs: calls.append(args) or args[0])
+    build_task(cfg, datamodule)
+    assert calls == []
+    build_encoder("rope", dim=16, num_heads=2, base=100.0)
+    assert calls and calls[0][0] == {"base": 100.0}

@@ -1,4 +1,4 @@
-"""Ranges declared in annotations: collected from a schema, checked in a config and at construction."""
+"""Ranges declared in annotations: checked wherever a field sits, in a config and when an encoder is built."""
 
 from __future__ import annotations
 
@@ -9,9 +9,10 @@ from typing import Annotated, Optional
 
 import pytest
 
+from poslab.config.checks import check_block, config_key
 from poslab.config.composition import compose
 from poslab.config.options import keyword_options
-from poslab.config.ranges import AT_LEAST_1, FRACTION, Range, checked_init, declared_ranges, range_of
+from poslab.config.ranges import AT_LEAST_1, FRACTION, Range, range_of
 from poslab.encoders import available_encoders, build_encoder, encoder_class
 from poslab.encoders.registry import STRUCTURAL_ARGS
 from poslab.errors import ConfigError
@@ -33,28 +34,17 @@ class Outer:
     optional_inner: Optional[Inner] = None
 
 
-def test_declared_ranges_walk_fields_optional_types_lists_and_nested_blocks():
-    assert dict(declared_ranges(Outer, "data.")) == {
-        "data.size": AT_LEAST_1,
-        "data.maybe": Range(2),
-        "data.sizes": AT_LEAST_1,
-        "data.inner.share": FRACTION,
-        "data.optional_inner.share": FRACTION,
-    }
+def test_ranges_are_checked_in_fields_optional_types_lists_and_nested_blocks():
+    """A declared range holds wherever its field sits: a plain field, an optional one, each item of a list, a
+    nested block and an optional block; a value inside its range passes."""
+    assert check_block({"maybe": 2, "sizes": [1, 2], "optional_inner": {"share": 0.5}}, Outer, "data.", config_key)
+    bad = {"size": 0, "maybe": 1, "sizes": [1, 0], "inner": {"share": 1.0}, "optional_inner": {"share": -0.5}}
+    for key, value in bad.items():
+        item = {"sizes": 0, "inner": 1.0, "optional_inner": -0.5}.get(key, value)
+        full = f"data.{key}" + (".share" if "inner" in key else "")
+        with pytest.raises(ConfigError, match=rf"^config key '{re.escape(full)}' must be .*, got {item}$"):
+            check_block({key: value}, Outer, "data.", config_key)
     assert range_of(Optional[Annotated[int, Range(5)]]) == Range(5) and range_of(int) is None
-
-
-class Built:
-    @checked_init
-    def __init__(self, width: Annotated[int, AT_LEAST_1], shares: Annotated[tuple[float, ...], FRACTION] = ()):
-        self.width, self.shares = width, shares
-
-
-def test_a_checked_constructor_refuses_out_of_range_arguments_positional_or_keyword():
-    assert Built(3, (0.0, 0.5)).width == 3
-    for args, kwargs, bad in [((0,), {}, "width must be >= 1, got 0"), ((2,), {"shares": (0.5, 1.0)}, "got 1.0")]:
-        with pytest.raises(ConfigError, match=bad):
-            Built(*args, **kwargs)
 
 
 def _encoder_ranges():

@@ -201,7 +201,7 @@ def test_videorope_options_are_checked():
     with pytest.raises(ConfigError, match="videorope needs 1 <= temporal_pairs") as info:
         build_encoder("videorope", dim=8, num_heads=2)  # head dim 4: 2 pairs for 3 axes
     assert "\n" not in str(info.value)
-    with pytest.raises(ConfigError, match="grid_size must be"):
+    with pytest.raises(ConfigError, match=r"grid_size must be \(rows, cols\) or \(frames, rows, cols\), got \(4,\)"):
         build_encoder("videorope", dim=32, num_heads=2, grid_size=(4,))
     with pytest.raises(ConfigError, match=r"videorope: temporal_spacing must be > 0, got 0.0"):
         build_encoder("videorope", dim=32, num_heads=2, temporal_spacing=0.0)

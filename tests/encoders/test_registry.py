@@ -47,7 +47,7 @@ def test_available_encoders_are_the_registered_modules_sorted_and_filtered_by_mo
     from pathlib import Path
 
     import poslab.encoders
-    from poslab.config.composition import config_dir
+    from poslab.config.files import config_dir
 
     sources = Path(poslab.encoders.__file__).parent.glob("*.py")
     declared = {n for p in sources for n in re.findall(r'@register_encoder\("([^"]+)"\)', p.read_text())}
@@ -71,7 +71,7 @@ def test_an_encoder_fits_every_modality_that_provides_what_it_reads(tmp_path, mo
     """A new modality whose data provides steps gets every 1D encoder, with no edit to any encoder."""
     import shutil
 
-    from poslab.config.composition import config_dir
+    from poslab.config.files import config_dir
 
     configs = tmp_path / "configs"
     shutil.copytree(config_dir(), configs)

@@ -11,6 +11,7 @@ import math
 import pytest
 import torch
 
+from poslab.encoders import build_encoder
 from poslab.encoders.rope_scaling import RopeScaling, scaled_frequencies
 from poslab.errors import ConfigError
 
@@ -94,9 +95,9 @@ def test_llama3_needs_high_above_low():
         ({"original_max_len": 0}, "original_max_len must be >= 1, got 0"),
     ],
 )
-def test_a_scaling_built_directly_refuses_what_a_config_would(options, message):
+def test_a_scaling_built_in_code_refuses_what_a_config_would(options, message):
     with pytest.raises(ConfigError, match=message):
-        RopeScaling("yarn", **{"factor": 2.0, **options})
+        build_encoder("rope", dim=32, num_heads=2, max_len=64, scaling={"type": "yarn", "factor": 2.0, **options})
 
 
 def test_longrope_divides_each_frequency_by_its_factor_and_scales_attention():

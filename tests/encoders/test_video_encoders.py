@@ -264,7 +264,7 @@ def test_rope3d_keeps_norms_and_tells_the_axes_apart():
         ({"sections": [4, 4]}, "three positive"),
         ({"sections": [4, 4, 1]}, "summing to head_dim/2 = 8"),
         ({"sections": [0, 4, 4]}, "three positive"),
-        ({"layout": "halves"}, "unknown layout 'halves'"),
+        ({"layout": "halves"}, "layout expects one of 'interleaved', 'half', got 'halves' .did you mean 'half'.."),
     ],
 )
 def test_rope3d_bad_options_are_a_config_error(options, match):

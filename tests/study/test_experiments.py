@@ -10,7 +10,8 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from poslab.config.composition import compose, config_dir
+from poslab.config.composition import compose
+from poslab.config.files import config_dir
 from poslab.errors import ConfigError
 from poslab.modalities.vision.data import VisionDataModule, place_in_quadrants
 from poslab.run.train import train

@@ -7,11 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from poslab.config.composition import compose, config_hash, to_dict
+from poslab.config.composition import compose, to_dict
 from poslab.errors import ConfigError, PoslabError
 from poslab.modalities import available_modalities
 from poslab.modalities.text import report as text_report
 from poslab.modalities.timeseries import report as timeseries_report
+from poslab.run.policy import config_hash
 from poslab.study import report_figures
 from poslab.study.compare import compare, plan
 from poslab.study.report import aggregate, build_report, find_summaries, group_runs
@@ -384,7 +385,7 @@ def test_compare_encoders_all_takes_every_fitting_encoder_and_more_after_it(monk
     assert expand_encoders(["all", "rope+cyclic", "none"], ["none", "rope"]) == ["none", "rope", "rope+cyclic"]
     labels = [label for label, _, _ in plan("vision", ["none", "all"], 1, ["experiment=null"])]
     assert labels == ["none", *(e for e in available_encoders("vision") if e != "none")]  # each once, in order
-    monkeypatch.setattr("poslab.encoders.available_encoders", lambda modality=None: ["none", "sincos2d"])
+    monkeypatch.setattr("poslab.study.compare.available_encoders", lambda modality=None: ["none", "sincos2d"])
     assert [label for label, _, _ in plan("vision", ["all"], 1, ["experiment=null"])] == ["none", "sincos2d"]
     in_yaml = ["experiment=null", "compare_encoders=all"]  # an experiment's `compare_encoders: all`
     assert [label for label, _, _ in plan("vision", None, 1, in_yaml)] == ["none", "sincos2d"]

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from poslab.config.composition import compose, config_dir
+from poslab.config.composition import compose
+from poslab.config.files import config_dir
 from poslab.modalities import available_modalities
 from poslab.run.train import train
 from tests.conftest import SHARED_DATA, tiny_overrides

@@ -1,9 +1,5 @@
-"""The config files on disk: where they live, which choices a group offers, a modality's position fields.
-
-A leaf of the house (it imports no other poslab module but the errors), so that the encoder and modality
-registries can ask which modalities exist and what positions each provides without importing
-:mod:`poslab.config.composition`, which joins them.
-"""
+"""The config files on disk: where they live, which choices a group offers, a modality's position fields. A
+leaf, so the registries can ask without importing :mod:`poslab.config.composition`, which joins them."""
 
 from __future__ import annotations
 
@@ -21,7 +17,6 @@ from poslab.errors import ConfigError
 def config_dir() -> Path:
     """The packaged configs: the checkout's ``configs/`` (an editable install, ``PYTHONPATH=src``), else the
     copy a wheel installs under ``<prefix>/share/poslab/configs``."""
-
     here = Path(__file__).resolve()
     candidates = [here.parents[3] / "configs"]  # src/poslab/config/files.py -> the checkout
     candidates += [here.parents[i] / "share" / "poslab" / "configs" for i in (4, 5)]  # <prefix>/lib/pythonX/...
@@ -33,7 +28,6 @@ def config_dirs() -> list[Path]:
     """The config folders, first wins file by file: each folder of ``$POSLAB_CONFIG_DIR`` (several joined by
     ``os.pathsep``: a fork's or a user's own YAML), then each installed plugin's ``configs/``, then the
     packaged configs. A folder needs only the files it adds or replaces."""
-
     user = [Path(p) for p in os.environ.get("POSLAB_CONFIG_DIR", "").split(os.pathsep) if p]
     return list(dict.fromkeys([*user, *entry_points.plugin_config_dirs(), config_dir()]))
 

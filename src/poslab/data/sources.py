@@ -11,9 +11,11 @@ the names.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import pkgutil
 from collections.abc import Iterable
+from typing import Any
 
 from poslab import entry_points
 from poslab.modalities.registry import available_modalities, get_modality
@@ -41,3 +43,13 @@ def source_modules() -> dict[str, object]:
             if not package.startswith(exc.name or "\0"):
                 raise
     return found
+
+
+def source_defaults(modality: str, name: str | None) -> dict[str, Any]:
+    """``data.*`` values the dataset ``name`` of ``modality`` declares for itself (CIFAR-10's 32-px images
+    take 8-px patches, not MNIST's 7), or none."""
+    if name is None:
+        name = next((f.default for f in dataclasses.fields(get_modality(modality).data) if f.name == "name"), None)
+    package = source_modules().get(modality)
+    source = getattr(package, "SOURCES", {}).get(name) if package else None
+    return dict(getattr(source, "defaults", None) or {})

@@ -33,12 +33,11 @@ that field, so ``enc.encode_input(x, torch.arange(L))`` works in a notebook.
 from __future__ import annotations
 
 from collections.abc import Callable, Collection
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 import torch
 from torch import nn
 
-from poslab.config.ranges import checked_init
 from poslab.errors import ConfigError
 from poslab.positions import Positions, steps_start
 from poslab.positions.offsets import offset_bias
@@ -92,13 +91,6 @@ class PositionEncoder(nn.Module):
     length_driven_extensions: ClassVar[tuple[str, ...]] = ()
     #: Extensions whose settings are searched per length (see the class docstring).
     searched_extensions: ClassVar[tuple[str, ...]] = ()
-
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        """Every encoder's constructor checks the ranges its options declare (``Annotated[int, AT_LEAST_1]``),
-        so an encoder built in code refuses what its config would."""
-        super().__init_subclass__(**kwargs)
-        if "__init__" in cls.__dict__:
-            cls.__init__ = checked_init(cls.__dict__["__init__"])
 
     def __init__(self, dim: int, num_heads: int) -> None:
         super().__init__()

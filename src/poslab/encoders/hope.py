@@ -17,11 +17,11 @@ here ``temporal_spacing`` (1).
 
 from __future__ import annotations
 
-from poslab.config.ranges import Base, OptionalCount, OptionalGrid, Positive
+from poslab.config.ranges import Base, OptionalCount, Positive
 from poslab.encoders.mrope import TIME
 from poslab.encoders.registry import register_encoder
 from poslab.encoders.rotary import Layout
-from poslab.encoders.videorope import VideoRoPE
+from poslab.encoders.videorope import FrameGrid, VideoRoPE
 
 
 @register_encoder("hope")
@@ -35,7 +35,7 @@ class HoPE(VideoRoPE):
         base: Base = 10000.0,
         temporal_spacing: Positive = 1.0,  # γ at inference (the reference: chosen by the user)
         temporal_pairs: OptionalCount = None,  # the lowest pairs, zeroed; None: the reference's share (16 of 64)
-        grid_size: OptionalGrid = None,  # None: the data's training (rows, cols), for the frame's centring
+        grid_size: FrameGrid = None,  # None: the data's training (rows, cols), for the frame's centring
         layout: Layout = "half",  # half (HF rotate_half, as the reference) | interleaved
     ) -> None:
         super().__init__(

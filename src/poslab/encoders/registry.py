@@ -11,11 +11,15 @@ import importlib
 import inspect
 import pkgutil
 from collections.abc import Callable
-from typing import Any
+from dataclasses import field, make_dataclass
+from typing import Any, Literal
+
+from omegaconf import MISSING
 
 from poslab import entry_points
+from poslab.config.checks import check_block
 from poslab.config.files import group_choices, modality_positions
-from poslab.config.options import keyword_options
+from poslab.config.options import keyword_options, signature_schema
 from poslab.encoders.base import PositionEncoder
 from poslab.encoders.composite import CompositeEncoder
 from poslab.encoders.layered import LayeredEncoder
@@ -141,8 +145,22 @@ def encoder_options(name: str) -> dict[str, inspect.Parameter]:
     return keyword_options(encoder_class(name), supplied=STRUCTURAL_ARGS)
 
 
+def encoder_schema(name: str) -> type:
+    """``encoder.*``: ``name`` plus the constructor's options, typed and with their defaults (the one builder,
+    :func:`~poslab.config.options.signature_schema`); a composite (``rope+calendar``) or per-layer pattern
+    (``rope,none``) gets one block per member, named after it."""
+    leading = [("name", Literal[name], field(default=MISSING))]
+    if not is_combination(name):
+        return signature_schema(f"Encoder_{name}", encoder_class(name), STRUCTURAL_ARGS, leading=leading)
+    for member in members_of(name):
+        block = signature_schema(f"Options_{member}", encoder_class(member), STRUCTURAL_ARGS)
+        leading.append((member, block, field(default_factory=block)))
+    return make_dataclass("Encoder_" + "".join(c if c.isalnum() else "_" for c in name), leading)
+
+
 def build_encoder(name: str, *, dim: int, num_heads: int, **options: Any) -> PositionEncoder:
-    """Instantiate a registered encoder; unknown options are a ConfigError."""
+    """Instantiate a registered encoder, its options checked as a config's are: an unknown option, a wrong
+    type or a value outside its declared range is one :class:`ConfigError` line."""
     valid = encoder_options(name)
     for key in options:
         if key not in valid:
@@ -150,10 +168,15 @@ def build_encoder(name: str, *, dim: int, num_heads: int, **options: Any) -> Pos
                 f"encoder '{name}' has no option '{key}'{did_you_mean(key, valid)}; "
                 f"options: {', '.join(valid) or 'none'}"
             )
+    schema = encoder_schema(name)
+    checked = check_block(options, schema, "", lambda key: f"{name}: {key}", sparse=True)
+    return _construct(name, dim, num_heads, checked)
+
+
+def _construct(name: str, dim: int, num_heads: int, options: dict[str, Any]) -> PositionEncoder:
+    """The encoder from options already checked (a composed config's, or :func:`build_encoder`'s)."""
     if is_combination(name):
-        members = {
-            m: build_encoder(m, dim=dim, num_heads=num_heads, **(options.get(m) or {})) for m in members_of(name)
-        }
+        members = {m: _construct(m, dim, num_heads, dict(options.get(m) or {})) for m in members_of(name)}
         return _combine(name, dim, num_heads, members)
     try:
         return encoder_class(name)(dim=dim, num_heads=num_heads, **options)
@@ -170,12 +193,9 @@ def encoder_defaults(name: str) -> dict[str, Any]:
 def build_encoder_in_context(
     name: str, *, dim: int, num_heads: int, options: dict[str, Any], context: dict[str, Any]
 ) -> PositionEncoder:
-    """Build with facts the data knows (``grid_size``, ``max_len``…) filling unset options.
-
-    An option left ``None`` in the config that the data can supply (the
-    training patch grid, the training context length) is taken from
-    ``context``; the encoder does not need to know where it comes from.
-    """
+    """Build from a composed config's options (checked when it was composed), with facts the data knows
+    (``grid_size``, ``max_len``…) filling the options left ``None``: the encoder does not need to know where
+    they come from."""
     if is_combination(name):
         members = {
             m: build_encoder_in_context(
@@ -189,4 +209,4 @@ def build_encoder_in_context(
     for key, value in context.items():
         if key in accepted and filled.get(key) is None:
             filled[key] = value
-    return build_encoder(name, dim=dim, num_heads=num_heads, **filled)
+    return _construct(name, dim, num_heads, filled)

@@ -34,7 +34,7 @@ from typing import Annotated, Literal, Optional
 
 import torch
 
-from poslab.config.ranges import POSITIVE, OptionalCount, Positive, Range, check_fields
+from poslab.config.ranges import POSITIVE, OptionalCount, Positive, Range
 from poslab.errors import ConfigError
 
 ScalingType = Literal["none", "linear", "ntk", "dynamic", "yarn", "llama3", "longrope"]
@@ -58,8 +58,7 @@ class RopeScaling:
     short_factor: Annotated[Optional[list[float]], POSITIVE] = None  # noqa: UP045  longrope: λ_i per frequency, within L₀
     attention_factor: Annotated[Optional[float], POSITIVE] = None  # noqa: UP045  longrope: None = √(1 + ln s / ln L₀)
 
-    def __post_init__(self) -> None:
-        check_fields(self, "rope scaling")
+    def __post_init__(self) -> None:  # what holds between the fields; their ranges are checked with the config
         if self.beta_fast <= self.beta_slow:
             raise ConfigError(
                 f"rope scaling: beta_fast ({self.beta_fast:g}) must be above beta_slow ({self.beta_slow:g})"

@@ -27,13 +27,18 @@ The map is linear in (t, row, col), so scores still depend only on the 3D offset
 
 from __future__ import annotations
 
+from typing import Annotated, Optional
+
 import torch
 
-from poslab.config.ranges import Base, OptionalCount, OptionalGrid, Positive
+from poslab.config.ranges import AT_LEAST_1, Base, OptionalCount, Positive
 from poslab.encoders.mrope import COL, ROW, TIME, AxisRoPE3D, qwen2vl_sections
 from poslab.encoders.registry import register_encoder
 from poslab.encoders.rotary import Layout
 from poslab.errors import ConfigError
+
+#: The patch grid a frame's positions are centred on: (rows, cols), or the data's (frames, rows, cols).
+FrameGrid = Annotated[Optional[tuple[int, ...]], AT_LEAST_1]
 
 
 @register_encoder("videorope")
@@ -48,7 +53,7 @@ class VideoRoPE(AxisRoPE3D):
         temporal_spacing: Positive = 2.0,  # delta: frame t sits at delta*t on the diagonal (reference: scale_factor)
         temporal_pairs: OptionalCount = None,  # lowest-frequency pairs for time; None: the reference's share (16 of 64)
         # None: the data's training (rows, cols), if any (else no centring); frames centred at (H-1)//2, (W-1)//2
-        grid_size: OptionalGrid = None,
+        grid_size: FrameGrid = None,
         layout: Layout = "half",  # half (HF rotate_half, as the reference) | interleaved
     ) -> None:
         super().__init__(dim, num_heads, base, layout)

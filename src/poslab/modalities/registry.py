@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from poslab import entry_points
-from poslab.config.blocks import EvalConfig
+from poslab.config.schema import EvalConfig
 from poslab.errors import ConfigError, did_you_mean
 
 if TYPE_CHECKING:  # a Canvas holds Positions (torch): the registry itself loads no torch
@@ -82,6 +82,9 @@ class Modality:
     report_figures: Ref = None
     overlays: Ref = None
     show: Ref = None
+    #: ``training_step(encoder, *, dim, depth, num_heads, length, batch, vocab_size, device, compile, bf16)``: one
+    #: training step of the modality's model on random data, with ``.model`` (``make bench``, ``make gpu-check``).
+    training_step: Ref = None
 
     #: The position fields this modality is the canonical picture of: ``poslab show`` draws an encoder that
     #: reads one of them here unless told otherwise (so a new modality providing them changes no picture).

@@ -20,10 +20,10 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from poslab.config.composition import compose, recompose, to_dict
-from poslab.config.policy import changeable_on_resume, rule
 from poslab.errors import ConfigError, DataError, first_line
 from poslab.files import write_json_atomic, write_text_atomic
 from poslab.run import cluster
+from poslab.run.policy import changeable_on_resume, rule
 
 CONFIG_FILE = "config.yaml"
 RECORD_FILE = "run.json"
@@ -69,7 +69,7 @@ def find_run(cfg: DictConfig) -> Path:
 def resumed_config(cfg: DictConfig, overrides: list[str] | tuple[str, ...]) -> DictConfig:
     """The stored config of the run ``cfg.resume`` names, with ``overrides`` applied and checked.
 
-    Only keys :mod:`poslab.config.policy` lets a resumed run change may differ from the stored run; anything else
+    Only keys :mod:`poslab.run.policy` lets a resumed run change may differ from the stored run; anything else
     is one error line listing the keys.
     """
 
@@ -155,7 +155,7 @@ def read_record(run_dir: Path) -> dict[str, Any]:
 
 def relaunched_config(cfg: DictConfig, run_dir: Path) -> DictConfig:
     """``cfg`` continuing ``run_dir``, the unfinished run its SLURM job or torchrun launch made before it was
-    requeued or restarted: the same command, so the same config (what :mod:`poslab.config.policy` lets a resumed
+    requeued or restarted: the same command, so the same config (what :mod:`poslab.run.policy` lets a resumed
     run change aside)."""
     stored = stored_config(run_dir, str(run_dir))
     changed = [k for k in differing_keys(stored, to_dict(cfg)) if not rule(k).resume]

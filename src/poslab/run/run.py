@@ -25,8 +25,7 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 from omegaconf import DictConfig
 
 from poslab import __version__, interrupts
-from poslab.config.composition import config_hash, to_dict
-from poslab.config.presets import RunFacts, build_callbacks
+from poslab.config.composition import to_dict
 from poslab.errors import ConfigError, PoslabError, RunInterrupted, RunStopped, first_line, memory_problem
 from poslab.evaluation.probes import run_evaluations
 from poslab.run import cluster
@@ -41,6 +40,8 @@ from poslab.run.callbacks import (
     TrainingPosition,
 )
 from poslab.run.checkpoints import recorded_digest, verify_digest
+from poslab.run.policy import config_hash
+from poslab.run.presets import RunFacts, build_callbacks
 from poslab.run.resume import (
     FIT_RECORD,
     LAST_CHECKPOINT,

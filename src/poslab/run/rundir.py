@@ -9,13 +9,36 @@ import shutil
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Optional
 
+from poslab.config.ranges import AT_LEAST_1
 from poslab.errors import ConfigError
 from poslab.run import cluster, locks
 from poslab.run.cluster import is_child_rank
 from poslab.run.locks import RunInUse  # noqa: F401  (re-exported)
+
+#: A run name is one path component of at most this many characters.
+RUN_NAME_MAX = 120
+
+
+@dataclass
+class RunConfig:
+    """``run.*``: where runs land (``<root>/<modality>/<name>``) and how often ``last.ckpt`` is written."""
+
+    root: str = "???"  # the YAML sets it
+    name: Optional[str] = "???"
+    checkpoint_every_n_steps: Annotated[Optional[int], AT_LEAST_1] = None
+
+
+def check_run_name(name: str | None) -> None:
+    """``run.name`` is one folder name: one line otherwise."""
+    if name is not None and (name in ("", ".", "..") or "/" in name or "\\" in name or len(name) > RUN_NAME_MAX):
+        raise ConfigError(
+            f"run.name must be one folder name (no '/', not '.' or '..', 1-{RUN_NAME_MAX} characters), "
+            f"got {name[:60]!r}{'…' if len(name) > 60 else ''}"
+        )
 
 
 def run_name(cfg: Any, config_digest: str = "") -> str:

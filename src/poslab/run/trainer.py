@@ -18,10 +18,10 @@ from lightning.pytorch.callbacks import RichProgressBar
 from omegaconf import DictConfig
 
 from poslab.config.composition import to_dict
-from poslab.config.trainer import TRAINER_DEFAULTS
 from poslab.errors import ConfigError, first_line
 from poslab.run import cluster
 from poslab.run.checkpoints import DigestedCheckpointIO
+from poslab.run.trainer_options import TRAINER_DEFAULTS
 
 try:  # a private class: where Lightning moved it, the Trainer judges the device settings itself
     from lightning.pytorch.trainer.connectors.accelerator_connector import _AcceleratorConnector

@@ -22,9 +22,11 @@ from pathlib import Path
 from typing import Any
 
 from poslab import interrupts
-from poslab.config.composition import ALL_ENCODERS, compose, config_hash, to_dict
+from poslab.config.composition import ALL_ENCODERS, compose, to_dict
+from poslab.encoders import available_encoders, encoder_class
 from poslab.errors import ConfigError, PoslabError, RunInterrupted, first_line, os_error_line
 from poslab.modalities.registry import get_modality
+from poslab.run.policy import config_hash
 from poslab.run.resume import LAST_CHECKPOINT
 from poslab.run.rundir import RunInUse, clear_run_dir, run_lock
 from poslab.study.grid import SharedGrid
@@ -57,8 +59,6 @@ def split_variants(
     """``compare_variants`` as (the variants every encoder runs, ``{None: []}`` when none; encoder -> the
     variants only it runs). An encoder's own variant (``<encoder>/<name>``) must name an encoder (or a
     combination) that fits the modality, and a name no shared variant has: one line otherwise."""
-    from poslab.encoders import encoder_class
-
     shared: dict[str | None, list[str]] = {k: v for k, v in variants.items() if "/" not in k}
     own: dict[str, dict[str, list[str]]] = {}
     for key, changes in variants.items():
@@ -91,8 +91,6 @@ def plan(
     named ``<encoder>/<name>`` is that encoder's alone: it runs beside the encoder's other runs (one option
     set against the encoder's defaults, as ``mrope/interleaved: [encoder.interleaved=true]``).
     """
-    from poslab.encoders import available_encoders
-
     base = compose([f"modality={modality}", *overrides])
     if base.compare_experiment and not any(o.startswith("experiment=") for o in overrides):
         # the modality's default comparison (sized to finish in ~20 min on 2 CPU cores)

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from poslab.errors import PoslabError
 from poslab.modalities.registry import get_modality
+from poslab.run.policy import config_hash
 from poslab.study import report_figures
 from poslab.study.expectations import Expectation
 from poslab.track.summary import read_summary
@@ -107,8 +108,6 @@ def find_summaries(paths: Iterable[str | Path], warn=None) -> list[RunSummary]:
 
 def group_runs(summaries: Iterable[dict]) -> list[Group]:
     """Group by (modality, experiment, encoder, config without seed); label clashing encoders by config."""
-    from poslab.config.composition import config_hash
-
     groups: dict[tuple, Group] = {}
     for s in summaries:
         key = (s["modality"], s["config"].get("experiment"), s["encoder"], config_hash(s["config"], ("seed",)))

@@ -67,7 +67,6 @@ def sweep_and_left_out(modality: str, encoders: list[str] | None = None, seeds: 
 
 
 def main(argv: list[str] | None = None) -> int:
-
     from omegaconf import OmegaConf
 
     special, overrides = {}, []

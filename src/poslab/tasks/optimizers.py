@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-from dataclasses import field
+from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
 import torch
@@ -142,6 +142,14 @@ def linear(step: int, total: int, warmup: int) -> float:
     """Warmup, then a straight line down to zero at the last step."""
     ramp = _warmup(step, warmup)
     return ramp if ramp is not None else max(0.0, 1 - (step - warmup) / max(1, total - warmup))
+
+
+@dataclass
+class SchedConfig:
+    """The learning-rate schedule, stepped per batch after ``optim.warmup_fraction`` of linear warmup
+    (:data:`SCHEDULES`); one-cycle is torch's ``OneCycleLR``."""
+
+    name: Literal["one_cycle", "constant", "cosine", "linear"] = "one_cycle"
 
 
 #: ``sched.name`` -> the factor of ``optim.lr`` at a step; ``one_cycle`` is torch's OneCycleLR.

@@ -1,7 +1,8 @@
 """``make bench``: step time and peak memory of each 1D encoder against ``none``.
 
-One training step (forward + backward + AdamW) of the text model at a long
-context, for every registered text encoder. Rounds interleave the encoders;
+One training step (forward + backward + AdamW) of the sequence modality's
+model (text's causal LM, built by its ``training_step``) at a long context,
+for every encoder that fits it. Rounds interleave the encoders;
 times are medians over rounds, and each time ratio is the median of the
 per-round ratios to ``none`` (same round, seconds apart), so a machine whose
 speed drifts over minutes does not skew it. Peak memory is measured in a fresh process per
@@ -26,6 +27,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from poslab.errors import ConfigError
+from poslab.modalities.registry import available_modalities, get_modality
 
 #: The project's targets: ratio to `none` (time, memory); None = not targeted.
 TARGETS = {
@@ -60,33 +62,31 @@ class BenchConfig:
     device: str = "cpu"
 
 
+def sequence_modality() -> str:
+    """The modality the bench times 1D encoders on: the canonical picture of step positions (``shows``) that
+    builds a training step (the text model)."""
+    for name in available_modalities():
+        record = get_modality(name)
+        if "steps" in record.shows and record.training_step is not None:
+            return name
+    raise ConfigError("no modality shows steps and builds a training step (Modality.training_step)")
+
+
 def build(name: str, cfg: BenchConfig):
-    import torch
+    """One training step of the sequence modality's model with encoder ``name`` (``.model``: what it trains)."""
+    build_step = get_modality(sequence_modality()).piece("training_step")
+    step = build_step(name, dim=cfg.dim, depth=cfg.depth, num_heads=cfg.heads, length=cfg.length, batch=cfg.batch,
+                      device=cfg.device)  # fmt: skip
+    if not cfg.device.startswith("cuda"):
+        return step
+    import torch  # deferred: the CLI imports this module for `poslab --help`
 
-    from poslab.encoders import build_encoder_in_context, encoder_defaults
-    from poslab.modalities.text.model import CausalLM
-    from poslab.positions import Positions
+    def synchronized() -> None:  # a step is timed to its end on the GPU
+        step()
+        torch.cuda.synchronize()
 
-    defaults = encoder_defaults(name)
-    encoder = build_encoder_in_context(
-        name, dim=cfg.dim, num_heads=cfg.heads, options=defaults, context={"max_len": cfg.length}
-    )
-    model = CausalLM(encoder, vocab_size=96, dim=cfg.dim, depth=cfg.depth, num_heads=cfg.heads).to(cfg.device)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    tokens = torch.randint(0, 96, (cfg.batch, cfg.length + 1), device=cfg.device)
-    steps = Positions.consecutive(cfg.length, device=cfg.device)  # what a data module hands over
-
-    def step() -> None:
-        logits = model(tokens[:, :-1], steps)
-        loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), tokens[:, 1:].flatten())
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
-        if cfg.device.startswith("cuda"):
-            torch.cuda.synchronize()
-
-    step.model = model
-    return step
+    synchronized.model = step.model
+    return synchronized
 
 
 def time_steps(names: list[str], cfg: BenchConfig) -> dict[str, float]:
@@ -224,7 +224,7 @@ def run(cfg: BenchConfig, lengths: list[int] | None = None, encoders: list[str] 
     it, every 1D encoder, each at the lengths :func:`timed_at` allows."""
     from poslab.encoders import available_encoders
 
-    valid = available_encoders("text")
+    valid = available_encoders(sequence_modality())
     unknown = [n for n in encoders or [] if n not in valid]
     if unknown:
         raise ConfigError(f"bench: unknown 1D encoder '{unknown[0]}'; valid: {', '.join(valid)}")
@@ -253,7 +253,7 @@ def untimed_note(lengths: list[int]) -> str:
     from poslab.encoders import available_encoders
 
     left_out: dict[str, list[str]] = {}  # the lengths an encoder was left out at -> those encoders
-    for name in available_encoders("text"):
+    for name in available_encoders(sequence_modality()):
         at = ", ".join(str(x) for x in lengths if not timed_at(name, x))
         if at:
             left_out.setdefault(at, []).append(name)

@@ -30,12 +30,16 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from poslab.config.composition import compose, config_hash, option_rows, to_dict
+from poslab.config.composition import compose, to_dict
 from poslab.config.files import config_dirs, load_yaml, modality_positions
+from poslab.encoders import available_encoders, encoder_class, encoder_defaults
+from poslab.encoders.base import PositionEncoder
 from poslab.entry_points import entry_points, plugin_config_dirs, plugin_packages
 from poslab.modalities.registry import available_modalities
+from poslab.run.policy import config_hash
 from poslab.study.compare import plan
 from poslab.study.report import check_expectations, group_runs
+from poslab.tools.options import option_rows
 from poslab.track.summary import read_summary
 from poslab.track.tables import markdown_table
 
@@ -67,8 +71,6 @@ def own_config_dirs() -> list[Path]:
 
 def own_encoders() -> list[str]:
     """The registered encoders less those an installed plugin's package defines."""
-    from poslab.encoders import available_encoders, encoder_class
-
     plugins = plugin_packages()
     return [n for n in available_encoders() if encoder_class(n).__module__.split(".")[0] not in plugins]
 
@@ -166,9 +168,6 @@ def verdict_mark(held: list[bool | None]) -> str:
 
 
 def encoder_block(verdicts: dict[str, Any]) -> str:
-    from poslab.encoders import encoder_class, encoder_defaults
-    from poslab.encoders.base import PositionEncoder
-
     # looked up once: each lookup scans the installed packages for plugins
     positions = {m: modality_positions(m) for m in own_modalities()}
     yamls = {p.stem: p for root in reversed(own_config_dirs()) for p in (root / "encoder").glob("*.yaml")}

@@ -209,35 +209,15 @@ def flex_error(
 
 # -- 3. speed and 4. memory -----------------------------------------------------------
 def gpt2_small(name: str, sizes: Sizes, length: int, batch: int):
-    """(one training step, the model) of the text model at GPT-2-small width and depth."""
-    import torch
+    """(one training step, the model) of the sequence modality's model at GPT-2-small width and depth, bf16."""
+    from poslab.modalities import get_modality
+    from poslab.tools.bench import sequence_modality
 
-    from poslab.encoders import build_encoder_in_context, encoder_defaults
-    from poslab.modalities.text.model import CausalLM
-    from poslab.positions import Positions
-
-    defaults = encoder_defaults(name)
-    encoder = build_encoder_in_context(
-        name, dim=sizes.width, num_heads=sizes.heads, options=defaults, context={"max_len": length}
-    )
-    model = CausalLM(encoder, vocab_size=50304, dim=sizes.width, depth=sizes.depth, num_heads=sizes.heads)
-    model = model.to(sizes.device)
-    if sizes.compile:
-        model.backbone.compile()
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=sizes.device == "cuda")
-    tokens = torch.randint(0, 50304, (batch, length + 1), device=sizes.device)
-    steps = Positions.consecutive(length, device=sizes.device)
-    autocast = torch.autocast(sizes.device, dtype=torch.bfloat16, enabled=sizes.device == "cuda")
-
-    def step() -> None:
-        with autocast:
-            logits = model(tokens[:, :-1], steps)
-            loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1).float(), tokens[:, 1:].flatten())
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-
-    return step, model
+    build_step = get_modality(sequence_modality()).piece("training_step")
+    cuda = sizes.device == "cuda"
+    step = build_step(name, dim=sizes.width, depth=sizes.depth, num_heads=sizes.heads, length=length, batch=batch,
+                      vocab_size=50304, device=sizes.device, compile=sizes.compile, bf16=cuda)  # fmt: skip
+    return step, step.model
 
 
 def flops_per_token(model, sizes: Sizes, length: int) -> float:

@@ -38,7 +38,8 @@ from typing import Any
 
 import torch
 
-from poslab.config.composition import compose, modality_positions, to_dict
+from poslab.config.composition import compose, to_dict
+from poslab.config.files import modality_positions
 from poslab.encoders import build_encoder_in_context, encoder_class
 from poslab.encoders.base import PositionEncoder
 from poslab.errors import ConfigError, PoslabError

@@ -5,7 +5,8 @@ Files: ``sources/`` (corpora), ``data.py`` (the corpus data module),
 their data module), ``model.py`` (the causal LM), ``task.py`` /
 ``sequence_task.py`` (the tasks), ``lengen.py`` + ``callbacks.py`` (the length
 study), ``report.py`` (its report tables and figures), ``show.py`` (what
-``poslab show`` draws), ``schema.py`` (its config keys). Config: ``configs/modality/text.yaml``.
+``poslab show`` draws), ``benchmark.py`` (the training step ``make bench`` times), ``schema.py``
+(its config keys). Config: ``configs/modality/text.yaml``.
 """
 
 from poslab.modalities import Modality, register_modality
@@ -47,6 +48,7 @@ MODALITY = register_modality(
         report_figures="poslab.modalities.text.report:figures",
         overlays="poslab.modalities.text.report:overlays",
         show="poslab.modalities.text.show:canvas",
+        training_step="poslab.modalities.text.benchmark:training_step",
         shows=("steps",),  # `poslab show` draws an encoder reading steps here by default
     )
 )

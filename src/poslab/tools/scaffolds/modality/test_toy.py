@@ -7,11 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from poslab.config.composition import compose, option_rows
+from poslab.config import compose
 from poslab.data import build_datamodule
 from poslab.encoders import available_encoders
 from poslab.errors import ConfigError
 from poslab.run.train import train
+from poslab.tools.options import option_rows
 
 
 def test_the_label_says_whether_the_first_token_is_larger_than_the_last():

@@ -10,7 +10,7 @@ from lightning.pytorch.callbacks import EarlyStopping, LearningRateMonitor, Stoc
 
 from poslab.cli import main
 from poslab.config.composition import compose
-from poslab.config.presets import PRESETS, RunFacts, build_callbacks, lightning_class
+from poslab.run.presets import PRESETS, RunFacts, build_callbacks, lightning_class
 from poslab.run.train import train
 from tests.conftest import assert_refused_in_one_line
 
@@ -56,7 +56,7 @@ def test_early_stopping_ends_a_run_that_stops_improving(tiny):
          "unknown config key 'callbacks.early_stopping.patiense' (did you mean 'callbacks.early_stopping.patience'?)"),
         ("callbacks=[{early_stopping:{patience:x}}]", "config key 'callbacks.early_stopping.patience' expects int"),
         ("callbacks=[{swa:{annealing_strategy:cosine}}]",
-         "config key 'callbacks.swa.annealing_strategy' cannot take 'cosine' (did you mean 'cos'?)"),
+         "'callbacks.swa.annealing_strategy' expects one of 'cos', 'linear', got 'cosine' (did you mean 'cos'?)"),
         ("callbacks=[[x]]", "callbacks: each entry is a preset name or {name: {options}}, got ['x']"),
     ],
 )  # fmt: skip

@@ -2,26 +2,27 @@
 
 Reading the signature imports Lightning, which would more than double the time of every command that only
 composes a config (``--print-config``: 4.4 s against 1.9 s on the 2-core CPU). So the derived table is
-generated into :mod:`poslab.config.trainer_arguments` for the Lightning version installed when it was made, and
+generated into :mod:`poslab.run.trainer_arguments` for the Lightning version installed when it was made, and
 read from there; under another Lightning version the signature is read live. Regenerate after upgrading
-Lightning with ``python -m poslab.config.trainer`` (a test fails while the table is stale).
+Lightning with ``python -m poslab.run.trainer_options`` (a test fails while the table is stale).
 """
 
 from __future__ import annotations
 
 import functools
+import inspect
 import typing
-from dataclasses import field, make_dataclass
+from dataclasses import field
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Union
+from typing import Any, Literal, Union
 
 from omegaconf import MISSING
 
-from poslab.config import trainer_arguments
-from poslab.config.options import SCALARS, config_type, keyword_options, literal_choices, plain_default
-from poslab.config.ranges import AT_LEAST_0, AT_LEAST_1, POSITIVE, Range, with_ranges
+from poslab.config.options import config_type, keyword_options, plain_default, signature_schema
+from poslab.config.ranges import AT_LEAST_0, AT_LEAST_1, POSITIVE, Range
 from poslab.errors import ConfigError
+from poslab.run import trainer_arguments
 
 #: ``lightning.Trainer`` arguments poslab builds itself, and where a run configures them instead.
 TRAINER_OWNED = {
@@ -60,22 +61,19 @@ RANGES = {
 TABLE = Path(__file__).with_name("trainer_arguments.py")
 
 
-def live_arguments() -> list[tuple[str, Any, Any, tuple | None]]:
-    """``(key, config type, Lightning's default, listed choices)`` per argument, from the signature."""
+def live_arguments() -> list[tuple[str, Any, Any]]:
+    """``(key, config type, Lightning's default)`` of every argument a YAML value can hold, from the signature."""
     import lightning as L
 
     hints = typing.get_type_hints(L.Trainer.__init__)
-    rows = []
-    for key, param in keyword_options(L.Trainer).items():
-        held = config_type(hints.get(key, Any))
-        if key not in TRAINER_OWNED and held is not None:
-            rows.append((key, held, plain_default(param.default), literal_choices(hints.get(key, Any))))
-    return rows
+    rows = [
+        (k, config_type(hints.get(k, Any)), plain_default(p.default)) for k, p in keyword_options(L.Trainer).items()
+    ]
+    return [row for row in rows if row[0] not in TRAINER_OWNED and row[1] is not None]
 
 
-def arguments() -> list[tuple[str, Any, Any, tuple | None]]:
+def arguments() -> list[tuple[str, Any, Any]]:
     """The generated table when it was made for the installed Lightning, else the live signature."""
-
     if trainer_arguments.LIGHTNING == metadata.version("lightning"):
         return list(trainer_arguments.ARGUMENTS)
     return live_arguments()
@@ -83,18 +81,21 @@ def arguments() -> list[tuple[str, Any, Any, tuple | None]]:
 
 @functools.cache
 def trainer_schema() -> type:
-    """The ``trainer`` node's schema: ``name`` (the preset) and every argument, with Lightning's defaults
-    (poslab's where :data:`TRAINER_DEFAULTS` has one). Objects take their string forms (``profiler=simple``,
-    ``strategy=ddp``); a config holds the keys it sets, the others stay Lightning's. ``owned`` and
-    ``choices`` ride along for validation."""
-    fields_: list = [("name", str, field(default=MISSING))]
-    choices = {}
-    for key, held, default, listed in arguments():
-        fields_.append((key, with_ranges(held, key, RANGES), field(default=TRAINER_DEFAULTS.get(key, default))))
-        if listed:
-            choices[key] = listed
-    schema = make_dataclass("TrainerConfig", fields_)
-    schema.owned, schema.choices, schema.check = TRAINER_OWNED, choices, check_limits
+    """The ``trainer`` node's schema, built as every signature's is (:func:`signature_schema`) from a stand-in
+    with the table's arguments: ``name`` (the preset), then every argument with Lightning's default (poslab's
+    where :data:`TRAINER_DEFAULTS` has one) and its range. Objects take their string forms (``profiler=simple``,
+    ``strategy=ddp``); ``owned`` (the keys poslab sets) and ``check`` ride along for validation."""
+    rows = arguments()
+
+    def lightning_trainer(**arguments: Any) -> None: ...
+
+    kind = inspect.Parameter.KEYWORD_ONLY
+    lightning_trainer.__signature__ = inspect.Signature([inspect.Parameter(k, kind, default=d) for k, _, d in rows])
+    lightning_trainer.__annotations__ = {k: held for k, held, _ in rows}
+    leading = [("name", str, field(default=MISSING))]
+    schema = signature_schema("TrainerConfig", lightning_trainer, leading=leading, defaults=TRAINER_DEFAULTS,
+                              ranges=RANGES)  # fmt: skip
+    schema.owned, schema.check = TRAINER_OWNED, check_limits
     return schema
 
 
@@ -108,40 +109,32 @@ def check_limits(node: dict[str, Any]) -> None:
 
 
 def type_source(annotation: Any) -> str:
-    """A config type as the source that builds it (``Optional[Union[int, str]]``)."""
-    if annotation is Any:
-        return "Any"
-    if annotation in SCALARS:
-        return annotation.__name__
+    """A config type as the source that builds it (``Union[int, str, None]``, ``Literal[16, 'bf16']``)."""
+    if annotation in (Any, type(None)):
+        return "Any" if annotation is Any else "None"
     origin, args = typing.get_origin(annotation), typing.get_args(annotation)
-    if origin is Union:
-        rest = [a for a in args if a is not type(None)]
-        inner = type_source(rest[0]) if len(rest) == 1 else f"Union[{', '.join(type_source(a) for a in rest)}]"
-        return f"Optional[{inner}]" if len(rest) < len(args) else inner
-    return f"{origin.__name__}[{', '.join('...' if a is Ellipsis else type_source(a) for a in args)}]"
+    if origin is None:
+        return annotation.__name__
+    if origin is Literal:
+        return f"Literal[{', '.join(map(repr, args))}]"
+    name = "Union" if origin is Union else origin.__name__
+    return f"{name}[{', '.join('...' if a is Ellipsis else type_source(a) for a in args)}]"
 
 
 def table_source() -> str:
-    """The text of :mod:`poslab.config.trainer_arguments` for the installed Lightning."""
-    rows = "\n".join(
-        f"    ({key!r}, {type_source(held)}, {default!r}, {listed!r}),"
-        for key, held, default, listed in live_arguments()
-    )
+    """The text of :mod:`poslab.run.trainer_arguments` for the installed Lightning."""
+    rows = "\n".join(f"    ({key!r}, {type_source(held)}, {default!r})," for key, held, default in live_arguments())
     return (
         '"""``lightning.Trainer``\'s arguments as config keys, generated from its signature by\n'
-        '``python -m poslab.config.trainer``: do not edit."""\n\n'
-        "from typing import Any, Optional, Union  # noqa: F401\n\n"
+        '``python -m poslab.run.trainer_options``: do not edit."""\n\n'
+        "# ruff: noqa: E501\n"
+        "from typing import Any, Literal, Union  # noqa: F401\n\n"
         f'LIGHTNING = "{metadata.version("lightning")}"\n'
-        "#: (key, config type, Lightning's default, the values it lists or None)\n"
-        f"ARGUMENTS = (\n{rows}\n)\n"
+        "#: (key, config type, Lightning's default)\n"
+        f"# fmt: off\nARGUMENTS = (\n{rows}\n)\n# fmt: on\n"
     )
 
 
 if __name__ == "__main__":
-    import shutil
-    import subprocess
-
     TABLE.write_text(table_source())
-    if shutil.which("ruff"):  # laid out as `make lint` expects
-        subprocess.run(["ruff", "format", "-q", str(TABLE)], check=False)
     print(f"wrote {TABLE}")

@@ -1,9 +1,11 @@
-"""Which config keys may change where, in one table: on resume, on re-evaluation, and which ones are not part
-of what a run computes (left out of the hash that names a comparison's runs and groups its seeds). The
-error lines that name the allowed keys are written from it."""
+"""What a stored run's config may change, in one table: on resume, on re-evaluation, and which keys are not
+part of what a run computes (left out of :func:`config_hash`, which names a comparison's runs and groups its
+seeds). The error lines that name the allowed keys are written from it."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import dataclass
 
 
@@ -77,3 +79,14 @@ def _under(entry: KeyRule, node: KeyRule) -> bool:
 def not_computing() -> tuple[str, ...]:
     """The keys and nodes a run's hash leaves out."""
     return tuple(e.key.removesuffix(".*") for e in POLICY if not e.computes)
+
+
+def config_hash(cfg: dict, ignore: tuple[str, ...] = ()) -> str:
+    """A short stable hash of what a run computes: equal configs, equal hashes."""
+    plain = {k: v for k, v in json.loads(json.dumps(cfg)).items() if v not in ({}, [])}  # empty nodes compute nothing
+    for dotted in (*not_computing(), *ignore):
+        node, *path = dotted.split(".")
+        parent, key = (plain, node) if not path else (plain.get(node, {}), path[-1])
+        if isinstance(parent, dict):
+            parent.pop(key, None)
+    return hashlib.sha256(json.dumps(plain, sort_keys=True).encode()).hexdigest()[:10]

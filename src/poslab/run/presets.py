@@ -1,10 +1,10 @@
 """Lightning callbacks a config adds by name, on top of those every run has.
 
-``callbacks: [early_stopping, lr_monitor]`` in a YAML, ``callbacks=[early_stopping]`` on the command line;
-an entry may carry options, ``{early_stopping: {patience: 5}}``, checked against the Lightning class's
-signature like any option. poslab fills what it knows of the run (the monitored metric and its direction,
-the learning rate); an option set in the config wins. A preset of a class the run already has (the
-learning-rate monitor every logged run carries) replaces it.
+``callbacks: [early_stopping, lr_monitor]`` in a YAML, ``callbacks=[early_stopping]`` on the command line; an
+entry may carry options, ``{early_stopping: {patience: 5}}``, checked against the Lightning class's signature
+like any option. poslab fills what it knows of the run (the monitored metric and its direction, the learning
+rate); an option set in the config wins. A preset of a class the run already has (the learning-rate monitor
+every logged run carries) replaces it.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from poslab.config.options import signature_schema
 from poslab.errors import ConfigError, did_you_mean
 
 
@@ -48,19 +49,18 @@ def entries(listed: list[Any]) -> list[tuple[str, dict[str, Any]]]:
     out = []
     for entry in listed:
         if isinstance(entry, str):
-            out.append((entry, {}))
-        elif isinstance(entry, Mapping) and len(entry) == 1:
-            ((name, options),) = entry.items()
-            if options is not None and not isinstance(options, Mapping):
-                raise ConfigError(f"callbacks: the options of {name!r} must be a mapping, got {options!r}")
-            out.append((str(name), dict(options or {})))
-        else:
+            entry = {entry: {}}
+        if not isinstance(entry, Mapping) or len(entry) != 1:
             raise ConfigError(f"callbacks: each entry is a preset name or {{name: {{options}}}}, got {entry!r}")
-    for name, _ in out:
+        ((name, options),) = entry.items()
+        if options is not None and not isinstance(options, Mapping):
+            raise ConfigError(f"callbacks: the options of {name!r} must be a mapping, got {options!r}")
         if name not in PRESETS:
+            valid = ", ".join(PRESETS)
             raise ConfigError(
-                f"unknown callback preset {name!r}{did_you_mean(name, list(PRESETS))}; valid: {', '.join(PRESETS)}"
+                f"unknown callback preset {name!r}{did_you_mean(str(name), list(PRESETS))}; valid: {valid}"
             )
+        out.append((str(name), dict(options or {})))
     return out
 
 
@@ -69,14 +69,12 @@ def check_logger(listed: list[Any], logger: str) -> None:
     refuse it once the fit starts)."""
     for name, _ in entries(listed):
         if PRESETS[name].logs and logger == "none":
-            raise ConfigError(
-                f"callbacks: {name} writes to the run's logger, and logger=none has none; use "
-                "logger=csv, tensorboard or wandb"
-            )
+            raise ConfigError(f"callbacks: {name} writes to the run's logger, and logger=none has none; use "
+                              "logger=csv, tensorboard or wandb")  # fmt: skip
 
 
 def lightning_class(name: str) -> type:
-    from lightning.pytorch import callbacks
+    from lightning.pytorch import callbacks  # only when a preset is used: Lightning takes seconds to import
 
     return getattr(callbacks, PRESETS[name].cls)
 
@@ -84,19 +82,12 @@ def lightning_class(name: str) -> type:
 @functools.cache
 def preset_schema(name: str) -> type:
     """The options of preset ``name``: its Lightning class's constructor arguments and defaults."""
-    from poslab.config.options import signature_schema
-
-    schema = signature_schema(f"Callback_{name}", lightning_class(name))
-    schema.label = f"callback preset {name}"
-    return schema
+    return signature_schema(f"Callback_{name}", lightning_class(name))
 
 
 def build_callbacks(listed: list[Any], run: RunFacts, existing: list) -> list:
     """``existing`` (the run's own callbacks) with the presets added; a preset of a class already there
     replaces that callback."""
-    added = []
-    for name, options in entries(listed):
-        cls = lightning_class(name)
-        added.append(cls(**{**PRESETS[name].supplied(run), **options}))
+    added = [lightning_class(name)(**{**PRESETS[name].supplied(run), **options}) for name, options in entries(listed)]
     kinds = {type(c) for c in added}
     return [c for c in existing if type(c) not in kinds] + added

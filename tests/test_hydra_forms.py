@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import pytest
+from omegaconf import OmegaConf
 
 from poslab.cli import main
-from poslab.config.composition import compose
 
 
-def test_hydras_add_and_force_add_set_a_declared_key():
-    assert compose(["+trainer.accumulate_grad_batches=2"]).trainer.accumulate_grad_batches == 2
-    assert compose(["++seed=4"]).seed == 4
+def test_hydras_add_and_force_add_set_a_declared_key(capsys):
+    assert main(["train", "+trainer.accumulate_grad_batches=2", "++seed=4", "--print-config"]) == 0
+    printed = OmegaConf.create(capsys.readouterr().out)
+    assert printed.trainer.accumulate_grad_batches == 2 and printed.seed == 4
 
 
 def test_lightning_clis_dotted_flags_and_print_config(capsys):

@@ -7,16 +7,16 @@ import dataclasses
 import pytest
 from omegaconf import OmegaConf
 
-from poslab.config import policy
-from poslab.config.composition import compose, config_hash, recompose, to_dict
-from poslab.config.policy import KeyRule, rule
+from poslab.config.composition import compose, recompose, to_dict
 from poslab.errors import ConfigError
 from poslab.modalities import available_modalities
+from poslab.run import policy
+from poslab.run.policy import KeyRule, config_hash, rule
 
 
 def test_every_rule_names_a_real_key():
     """A typo in the table would silently allow or fix nothing."""
-    from poslab.config.trainer import trainer_schema
+    from poslab.run.trainer_options import trainer_schema
 
     cfgs = [compose([f"modality={m}"]) for m in available_modalities()]
     trainer_keys = {f"trainer.{f.name}" for f in dataclasses.fields(trainer_schema())}

@@ -1,0 +1,96 @@
+"""Which schema each part of a composed config has, and the checks across keys: the root schema with the
+modality's and the encoder's blocks; ``trainer``, ``optim``, ``sched`` and the callback presets typed from their
+signatures and kept sparse (a config holds the keys it sets; the rest stay the library's defaults)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import field, make_dataclass
+from typing import Annotated, Any, Optional
+
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from poslab.config.checks import check, check_block, config_key
+from poslab.config.ranges import AT_LEAST_1, SEED
+from poslab.config.schema import MISSING, LoggerConfig
+from poslab.encoders.registry import encoder_class, encoder_schema
+from poslab.errors import ConfigError
+from poslab.modalities.registry import get_modality
+from poslab.run.presets import check_logger, entries, preset_schema
+from poslab.run.rundir import RunConfig, check_run_name
+from poslab.run.trainer_options import trainer_schema
+from poslab.tasks.optimizers import DEFAULT_OPTIMIZER, SchedConfig, optimizer_schema
+
+#: Nodes typed by a signature and kept sparse, and the schema of each (from the node: the optimiser it names).
+SIGNATURE_NODES: dict[str, Callable[[Mapping], type]] = {
+    "trainer": lambda node: trainer_schema(),
+    "optim": lambda node: optimizer_schema(node.get("name", DEFAULT_OPTIMIZER)),
+    "sched": lambda node: SchedConfig,
+}
+
+
+def validate(cfg: DictConfig) -> DictConfig:
+    """``cfg`` checked once (:mod:`~poslab.config.checks`), and the rules across keys; typed, defaults filled."""
+    parts = get_modality(cfg.get("modality"))  # an unknown modality: one line naming the valid ones
+    encoder_class(OmegaConf.select(cfg, "encoder.name"), cfg.modality)
+    try:
+        given = OmegaConf.to_container(cfg, resolve=True, throw_on_missing=False)
+    except OmegaConfBaseException as exc:
+        raise ConfigError(f"invalid config at '{exc.full_key}': {exc.msg.splitlines()[0]}") from None
+    sparse = {name: given.pop(name, None) or {} for name in SIGNATURE_NODES}
+    callbacks = given.pop("callbacks", None) or []
+    checked = check_block(given, root_schema(parts, encoder_schema(cfg.encoder.name)), "", config_key)
+    schemas = {name: of(sparse[name]) for name, of in SIGNATURE_NODES.items()}
+    for name, schema in schemas.items():
+        checked[name] = check_block(sparse[name], schema, f"{name}.", config_key, sparse=True)
+    checked["callbacks"] = [
+        {preset: typed} if (typed := check_block(options, preset_schema(preset), f"callbacks.{preset}.", config_key,
+                                                 sparse=True)) else preset
+        for preset, options in entries(callbacks)
+    ]  # fmt: skip
+    check_logger(checked["callbacks"], checked["logger"]["name"])
+    for key, allowed in parts.ranges.items():  # the deprecated Modality(ranges=...) table
+        check(OmegaConf.select(OmegaConf.create(checked), key), Annotated[Any, allowed], key, config_key)
+    check_run_name(checked["run"]["name"])
+    for name, schema in schemas.items():
+        if hasattr(schema, "check"):  # what holds between a node's keys
+            schema.check(checked[name])
+    typed = OmegaConf.create(checked)
+    problem = parts.check(typed) if parts.check else None
+    if problem:
+        raise ConfigError(problem)
+    return typed
+
+
+def root_schema(parts: Any, encoder: type) -> type:
+    """The whole config's schema for one modality (its :class:`~poslab.modalities.Modality` record: its
+    ``task`` / ``data`` / ``model`` / ``eval`` schemas) and one encoder's schema."""
+    return make_dataclass(
+        "Config",
+        [
+            ("modality", str, MISSING),
+            ("positions", list[str], field(default_factory=list)),  # set by the modality's YAML
+            ("experiment", Optional[str], MISSING),
+            ("seed", Annotated[int, SEED], MISSING),
+            ("expect", list[str], field(default_factory=list)),
+            ("compare_encoders", list[str], field(default_factory=list)),
+            ("compare_experiment", Optional[str], None),
+            ("compare_seeds", Annotated[int, AT_LEAST_1], MISSING),
+            ("compare_variants", dict[str, list[str]], field(default_factory=dict)),
+            ("encoder_options", dict[str, dict[str, Any]], field(default_factory=dict)),  # name -> its options
+            ("variant", Optional[str], None),
+            ("resume", Optional[str], None),
+            ("task", parts.task, field(default_factory=parts.task)),
+            ("encoder", encoder, field(default_factory=encoder)),
+            ("data", parts.data, field(default_factory=parts.data)),
+            ("model", parts.model, field(default_factory=parts.model)),
+            ("optim", dict[str, Any], field(default_factory=dict)),  # typed by the optimiser's signature, sparse
+            ("sched", dict[str, Any], field(default_factory=dict)),  # typed by SchedConfig, sparse
+            ("callbacks", list[Any], field(default_factory=list)),  # presets: poslab.run.presets
+            ("trainer", dict[str, Any], field(default_factory=dict)),  # typed by lightning.Trainer's, sparse
+            ("logger", LoggerConfig, field(default_factory=LoggerConfig)),
+            ("run", RunConfig, field(default_factory=RunConfig)),
+            ("eval", parts.eval, field(default_factory=parts.eval)),
+        ],
+    )
