@@ -234,3 +234,26 @@ def test_the_config_layer_stays_small():
     and the config layer only joins and checks the declarations."""
     lines = sum(len(p.read_text(encoding="utf-8").splitlines()) for p in (PACKAGE / "config").glob("*.py"))
     assert lines <= 800, lines
+
+
+def unexplained_local_imports(sources: dict[str, str]) -> list[tuple[str, int]]:
+    """``(module, line)`` of each import inside a function of ``sources`` with no comment beside it saying why
+    it is deferred (a module of :data:`LOCAL_FOR_A_REASON` says it once)."""
+    found = []
+    for name, code in sources.items():
+        if name in LOCAL_FOR_A_REASON:
+            continue
+        lines = code.splitlines()
+        for function in ast.walk(ast.parse(code)):
+            if isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                for node in ast.walk(function):
+                    if isinstance(node, (ast.Import, ast.ImportFrom)) and "#" not in lines[node.end_lineno - 1]:
+                        found.append((name, node.lineno))
+    return found
+
+
+def test_every_function_local_import_says_why():
+    sources = {name: path.read_text(encoding="utf-8") for name, path in MODULES.items()}
+    assert unexplained_local_imports(sources) == []
+    planted = {"poslab.x": "def f():\n    import torch\n    import wandb  # deferred: W&B, ~0.8 s\n"}
+    assert unexplained_local_imports(planted) == [("poslab.x", 2)]

@@ -149,7 +149,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _dispatch(argv: list[str]) -> int:
     plugin_mains = {"bench": bench_main, "sweep": sweep_main, "dashboard": dashboard_main, "new": new_main}
     if argv[:1] == ["show"]:
-        from poslab.tools.show import main as show_main
+        from poslab.tools.show import main as show_main  # deferred: torch and matplotlib, ~3 s
 
         return show_main(argv[1:])
     if argv[:1] and argv[0] in plugin_mains:
@@ -166,22 +166,22 @@ def _dispatch(argv: list[str]) -> int:
 
 
 def _train(args: argparse.Namespace) -> int:
-    from poslab.config.composition import to_yaml
-    from poslab.run.resume import command_config
+    from poslab.config.composition import to_yaml  # deferred: torch (the encoders), ~2.6 s
+    from poslab.run.resume import command_config  # deferred: torch (composing reads the encoders), ~2.6 s
 
     cfg = command_config(args.overrides)
     if args.print_config or args.cfg:
         print(to_yaml(cfg), end="")
         return 0
     if args.options:
-        from poslab.tools.options import option_rows
+        from poslab.tools.options import option_rows  # deferred: torch (the encoders), ~2.6 s
 
         rows = [("key", "type", "default", "value"), *option_rows(cfg)]
         widths = [max(len(r[i]) for r in rows) for i in range(3)]
         for key, kind, default, value in rows:
             print(f"{key:<{widths[0]}}  {kind:<{widths[1]}}  {default:<{widths[2]}}  {value}")
         return 0
-    from poslab.run.train import train
+    from poslab.run.train import train  # deferred: Lightning, ~7.5 s
 
     _report(train(cfg))
     return 0
@@ -191,7 +191,7 @@ def _eval(args: argparse.Namespace) -> int:
     ckpts = [o for o in args.overrides if o.startswith("ckpt=")]
     if len(ckpts) != 1:
         raise PoslabError("poslab eval needs exactly one ckpt=PATH")
-    from poslab.run.train import evaluate
+    from poslab.run.train import evaluate  # deferred: Lightning, ~7.5 s
 
     _report(evaluate(ckpts[0].split("=", 1)[1], [o for o in args.overrides if o not in ckpts]))
     return 0
@@ -210,9 +210,9 @@ def _compare(args: argparse.Namespace) -> int:
 
 
 def _compare_grid(args: argparse.Namespace) -> int:
-    from omegaconf import OmegaConf
+    from omegaconf import OmegaConf  # deferred: OmegaConf, 0.1 s of `poslab --help`'s 0.13 s
 
-    from poslab.study.compare import compare
+    from poslab.study.compare import compare  # deferred: torch (the encoders), ~2.4 s
 
     special, overrides = {}, []
     for item in args.overrides:
@@ -247,8 +247,8 @@ def _report_cmd(args: argparse.Namespace) -> int:
 
 
 def _list(args: argparse.Namespace) -> int:
-    from poslab.config.files import config_dirs, group_choices
-    from poslab.encoders import available_encoders, encoder_class
+    from poslab.config.files import config_dirs, group_choices  # deferred: OmegaConf, 0.1 s of `poslab --help`'s 0.13 s
+    from poslab.encoders import available_encoders, encoder_class  # deferred: torch, ~2.6 s
 
     modalities = [args.modality] if args.modality else group_choices("modality")
     if not modalities:
@@ -262,7 +262,7 @@ def _list(args: argparse.Namespace) -> int:
 
 def _report(summary: dict) -> None:
     """The lines a user needs at the end of a run (once: by rank 0 of a DDP run)."""
-    from lightning.pytorch.utilities import rank_zero_only
+    from lightning.pytorch.utilities import rank_zero_only  # deferred: Lightning, ~7 s
 
     if rank_zero_only.rank:
         return

@@ -378,15 +378,15 @@ def test_a_model_too_large_for_memory_is_one_line_before_anything_is_allocated(t
     """Counted on the meta device: no tensor of the model is made (an allocation would fail, or be granted by
     an overcommitting kernel and killed later)."""
     run_root = Path(next(o for o in tiny if o.startswith("run.root=")).split("=", 1)[1])
-    import poslab.run.train
+    from poslab.modalities.registry import Modality
 
-    real_build = poslab.run.train.build_task
+    real_build = Modality.task_for
 
     def only_on_meta(*args, **kwargs):
         assert torch.get_default_device().type == "meta", "the model was built in memory"
         return real_build(*args, **kwargs)
 
-    monkeypatch.setattr(poslab.run.train, "build_task", only_on_meta)
+    monkeypatch.setattr(Modality, "task_for", only_on_meta)
     assert main(["train", *tiny, "model.dim=65536"]) == 2  # the largest allowed width
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "the model does not fit in this machine's memory" in err

@@ -19,5 +19,4 @@ def build_datamodule(cfg: Any, train_cfg: Any = None):
     ``train_cfg``: the config a checkpoint was trained with, when evaluating it
     on other data (the data module decides what it needs from it).
     """
-    cls = get_modality(cfg.modality).datamodule_class(cfg.data.name)
-    return cls.from_config(cfg, train_cfg)
+    return get_modality(cfg.modality).datamodule_for(cfg, train_cfg)

@@ -110,6 +110,18 @@ class Modality:
     def datamodule_class(self, data_name: str) -> type:
         return resolve(self.datamodules.get(data_name, self.datamodule))
 
+    def datamodule_for(self, cfg: Any, train_cfg: Any = None) -> Any:
+        """The data module serving ``cfg.data.name``; ``train_cfg``: the config a checkpoint was trained with,
+        when it is evaluated on other data (the data module decides what it needs from it)."""
+        return self.datamodule_class(cfg.data.name).from_config(cfg, train_cfg)
+
+    def task_for(self, plain_cfg: dict, datamodule: Any) -> Any:
+        """The task module (``task.name``) for a resolved config as plain containers, sized by what the data
+        module reports (``model_facts()``) and given the encoder options the data knows (``context_options()``):
+        all plain, saved as hyper-parameters, so checkpoints reload with ``weights_only=True``."""
+        cls = self.task_class(plain_cfg["task"]["name"])
+        return cls(plain_cfg, **datamodule.model_facts(), context=datamodule.context_options())
+
     def piece(self, name: str) -> Callable | None:
         """A report / show function, or None when the modality has none."""
         ref = getattr(self, name)

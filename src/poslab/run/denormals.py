@@ -22,7 +22,7 @@ _flushed = False
 
 def flush_denormals() -> bool:
     """Turn on flush-to-zero for this process's threads to come; True where the CPU supports it."""
-    import torch
+    import torch  # deferred: torch, ~2.3 s
 
     global _flushed
     _flushed = torch.set_flush_denormal(True)

@@ -107,7 +107,7 @@ def in_use(run_dir: Path) -> bool:
         return True
     if mode() == "files":
         return False
-    import fcntl
+    import fcntl  # deferred: POSIX only
 
     try:
         fd = os.open(run_dir / ".lock", os.O_RDONLY)
@@ -128,7 +128,7 @@ def in_use(run_dir: Path) -> bool:
 
 def _flock(run_dir: Path) -> int | None:
     """The open, locked ``.lock`` (None: the file system does not lock; the caller falls back to files)."""
-    import fcntl
+    import fcntl  # deferred: POSIX only
 
     path = run_dir / ".lock"
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)

@@ -21,7 +21,7 @@ BYTES_PER_PARAMETER = 16
 def available_bytes(accelerator: str) -> int | None:
     """Memory a run may use: the GPU's total on ``gpu`` / ``cuda`` / ``auto`` with a GPU, else the host's
     available memory (Linux's ``MemAvailable``; total physical memory elsewhere). None where it cannot be read."""
-    import torch
+    import torch  # deferred: torch, ~2.3 s
 
     if accelerator in ("gpu", "cuda", "auto") and torch.cuda.is_available():
         return torch.cuda.mem_get_info()[1]
@@ -38,7 +38,7 @@ def available_bytes(accelerator: str) -> int | None:
 
 def counted_parameters(build: Any) -> int | None:
     """Parameters of the module ``build()`` returns, built on the meta device; None if it cannot be built there."""
-    import torch
+    import torch  # deferred: torch, ~2.3 s
 
     try:
         with torch.device("meta"):

@@ -22,14 +22,15 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 from omegaconf import DictConfig
 
 from poslab import interrupts
-from poslab.config.composition import recompose
+from poslab.config.composition import recompose, to_dict
 from poslab.data import build_datamodule
 from poslab.errors import ConfigError, PoslabError, RunInterrupted, first_line, memory_problem
+from poslab.modalities.registry import get_modality
 from poslab.run.checkpoints import verify_digest
 from poslab.run.memory import check_fits
 from poslab.run.run import Run
 from poslab.run.trainer import check_accelerator
-from poslab.tasks import build_task, task_from_checkpoint
+from poslab.tasks import task_from_checkpoint
 from poslab.track.summary import RunSummary
 
 warnings.filterwarnings("ignore", ".*does not have many workers.*")  # in-memory data: workers only cost
@@ -64,12 +65,13 @@ def train(cfg: DictConfig) -> RunSummary:
 def build_parts(cfg: DictConfig) -> tuple[L.LightningDataModule, L.LightningModule]:
     """The data module (set up for fitting) and the task; bad data or options fail here, and so does a model
     that cannot fit in the machine's memory, counted before it is allocated."""
+    modality, plain = get_modality(cfg.modality), to_dict(cfg)
     try:
-        datamodule = build_datamodule(cfg)
+        datamodule = modality.datamodule_for(cfg)
         datamodule.prepare_data()
         datamodule.setup("fit")
-        check_fits(lambda: build_task(cfg, datamodule), str(cfg.trainer.get("accelerator", "auto")))
-        return datamodule, build_task(cfg, datamodule)
+        check_fits(lambda: modality.task_for(plain, datamodule), str(cfg.trainer.get("accelerator", "auto")))
+        return datamodule, modality.task_for(plain, datamodule)
     except (MemoryError, RuntimeError) as exc:
         asked = memory_problem(exc)
         if asked is None:

@@ -63,7 +63,7 @@ TABLE = Path(__file__).with_name("trainer_arguments.py")
 
 def live_arguments() -> list[tuple[str, Any, Any]]:
     """``(key, config type, Lightning's default)`` of every argument a YAML value can hold, from the signature."""
-    import lightning as L
+    import lightning as L  # deferred: Lightning, ~7 s
 
     hints = typing.get_type_hints(L.Trainer.__init__)
     rows = [

@@ -210,7 +210,7 @@ def _compare(modality, encoders, seeds, overrides, reports, echo, worker=None) -
 def _run_one(index, total, entry, shared: SharedGrid, compare_id: str, waiting: bool, echo) -> Outcome | None:
     """Train (or resume, or skip) one run of the grid while holding its claim; None: another worker holds it
     and ``waiting`` (as one of several workers) says to come back to it."""
-    from poslab.run.train import train
+    from poslab.run.train import train  # deferred: Lightning, ~7.5 s
 
     encoder, seed, cfg = entry
     run_dir = Path(cfg.run.root) / cfg.modality / cfg.run.name
@@ -287,7 +287,7 @@ def overlay_series(groups) -> dict[str, tuple[str, str, dict[str, dict[int, floa
 
 
 def cfg_logs_to_wandb(cfg) -> bool:
-    from poslab.track.loggers import resolve_wandb_mode
+    from poslab.track.loggers import resolve_wandb_mode  # deferred: matplotlib, ~0.8 s
 
     return cfg.logger.name == "wandb" and resolve_wandb_mode(cfg.logger.mode) != "disabled"
 
@@ -346,9 +346,14 @@ def log_report_run(
     ``summary.json``) as an artifact. Returns its local folder when it ran offline."""
     if not cfg_logs_to_wandb(cfg):
         return None
-    import wandb
+    import wandb  # deferred: W&B, ~0.8 s
 
-    from poslab.track.loggers import effective_wandb_mode, resolve_wandb_mode, start_run_with_fallback, wandb_settings
+    from poslab.track.loggers import (
+        effective_wandb_mode,
+        resolve_wandb_mode,
+        start_run_with_fallback,
+        wandb_settings,
+    )  # deferred: matplotlib, ~0.8 s
 
     mode = resolve_wandb_mode(cfg.logger.mode)
     summaries = find_summaries(run_dirs)
@@ -406,7 +411,7 @@ def log_report_run(
 def report_artifact(compare_id: str, summaries, report_dir: Path | None):
     """``compare-<id>`` (type ``report``): report.md, its figures, and each run's summary.json under
     ``runs/<modality>/<run name>/``."""
-    import wandb
+    import wandb  # deferred: W&B, ~0.8 s
 
     artifact = wandb.Artifact(f"compare-{compare_id}", type="report")
     for path in sorted(report_dir.iterdir()) if report_dir else []:

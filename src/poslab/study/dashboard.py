@@ -73,8 +73,8 @@ def plan_dashboard(compare_id: str, summaries: Sequence, entity: str | None = No
 
 def _imports():
     try:
-        import wandb_workspaces.reports.v2 as wr
-        import wandb_workspaces.workspaces as ws
+        import wandb_workspaces.reports.v2 as wr  # deferred: wandb-workspaces, ~0.8 s (optional: `.[dashboard]`)
+        import wandb_workspaces.workspaces as ws  # deferred: wandb-workspaces, ~0.8 s (optional: `.[dashboard]`)
     except ImportError:
         raise PoslabError(f"poslab dashboard needs wandb-workspaces: {INSTALL_HINT}") from None
     return ws, wr
@@ -144,7 +144,7 @@ def main(argv: Sequence[str]) -> int:
     parser.add_argument("--project", help="W&B project (default: the runs' logger.project)")
     args = parser.parse_args(list(argv))
     try:
-        from poslab.track.loggers import wandb_credentials_present
+        from poslab.track.loggers import wandb_credentials_present  # deferred: matplotlib, ~0.8 s
 
         plan = plan_dashboard(args.compare_id, compare_summaries(args.compare_id, args.runs), args.entity,
                               args.project)  # fmt: skip
@@ -155,7 +155,7 @@ def main(argv: Sequence[str]) -> int:
                 "no W&B credentials here; run `wandb login` (and `wandb sync` the runs) first"
             )
         if not plan.entity:
-            import wandb
+            import wandb  # deferred: W&B, ~0.8 s
 
             plan.entity = wandb.Api().default_entity
         workspace, report = build_workspace(plan), build_report(plan)

@@ -40,7 +40,7 @@ class Stat:
 
 def aggregate(values: Sequence[float]) -> Stat | None:
     """Mean ± sample standard deviation over seeds (0 for a single run); None when empty."""
-    import pandas as pd
+    import pandas as pd  # deferred: pandas, ~0.4 s
 
     stats = _stats(pd.DataFrame({"value": pd.Series(values, dtype="float64")}))
     return _stat(stats, "value")
@@ -74,7 +74,7 @@ class Group:
     def stat(self, key: str) -> Stat | None:
         """Mean ± std (n) of a metric over the runs that report it; one pandas table serves every metric."""
         if self._stats_for != len(self.runs):  # runs are appended while grouping
-            import pandas as pd
+            import pandas as pd  # deferred: pandas, ~0.4 s
 
             metrics = pd.DataFrame([r["metrics"] for r in self.runs], dtype="float64")  # NaN: not reported
             self._stats, self._stats_for = _stats(metrics), len(self.runs)
@@ -213,7 +213,7 @@ def build_report(
     expect: Mapping[str | None, Sequence[str]] | None = None,
 ) -> Path:
     """Write ``<out_root>/<modality>-<timestamp>/report.md`` (+ PNGs); returns the Markdown path."""
-    from poslab.track import plots
+    from poslab.track import plots  # deferred: matplotlib, ~0.8 s
 
     summaries = find_summaries(paths)
     if not summaries:

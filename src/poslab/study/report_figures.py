@@ -21,7 +21,7 @@ VAL_CURVE = ("val/loss", "val/mse", "val/acc")
 
 
 def pyplot():
-    from poslab.track import plots
+    from poslab.track import plots  # deferred: matplotlib, ~0.8 s
 
     return plots.plt
 

@@ -25,7 +25,7 @@ def devices() -> list[str]:
         return [d for d in listed.split(",") if d.strip()]
     if not os.path.exists("/proc/driver/nvidia"):  # no NVIDIA driver: no GPU, and no torch import to learn it
         return []
-    import torch
+    import torch  # deferred: torch, ~2.3 s
 
     return [str(i) for i in range(torch.cuda.device_count())]
 

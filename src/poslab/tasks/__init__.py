@@ -1,10 +1,5 @@
 """LightningModules: each modality names its tasks (``task.name`` -> class); imported lazily (they import Lightning).
-
-A task is built from the resolved config, the facts its data module reports
-(``model_facts()``: classes, vocabulary) and the encoder options the data
-knows (``context_options()``); all three are plain containers saved as
-hyper-parameters, so checkpoints reload with ``weights_only=True``.
-"""
+Its record builds one (:meth:`~poslab.modalities.registry.Modality.task_for`)."""
 
 from __future__ import annotations
 
@@ -18,11 +13,10 @@ def task_class(modality: str, name: str):
 
 
 def build_task(cfg: Any, datamodule: Any):
-    """The task module for ``cfg``, sized by what the data module reports."""
-    from poslab.config.composition import to_dict
+    """The task module for ``cfg``, sized by what the data module reports (:meth:`Modality.task_for`)."""
+    from poslab.config.composition import to_dict  # deferred: torch (the encoders), ~2.6 s
 
-    cls = task_class(cfg.modality, cfg.task.name)
-    return cls(to_dict(cfg), **datamodule.model_facts(), context=datamodule.context_options())
+    return get_modality(cfg.modality).task_for(to_dict(cfg), datamodule)
 
 
 def task_from_checkpoint(checkpoint: dict):

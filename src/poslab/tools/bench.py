@@ -26,6 +26,9 @@ import warnings
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from rich.console import Console
+from rich.table import Table
+
 from poslab.errors import ConfigError
 from poslab.modalities.registry import available_modalities, get_modality
 
@@ -136,7 +139,7 @@ def heap_in_use() -> int:
 
 def peak_memory_child(name: str, cfg: BenchConfig) -> float:
     """In a fresh process: MB of peak memory one training step adds."""
-    import torch
+    import torch  # deferred: torch, ~2.3 s
 
     step = build(name, cfg)
     step()  # optimizer state and caches exist before the measured step
@@ -192,7 +195,7 @@ def timed_at(name: str, length: int) -> bool:
     the long lengths), a bias laid out ``L x L`` by design (one not built from its offsets: FIRE, 4x the time
     and memory per doubling of L) no further than the first long length. An encoder without a target (CoPE
     writes the ``L x L`` logits out: 32x ``none`` at 1024) only below the target length."""
-    from poslab.encoders import encoder_class
+    from poslab.encoders import encoder_class  # deferred: torch, ~2.6 s
 
     if name == "none":
         return True
@@ -207,7 +210,7 @@ def timed_at(name: str, length: int) -> bool:
 def target_at(name: str, length: int) -> tuple[float | None, float | None]:
     """(time, memory) ratios ``name`` is held to at ``length``: :data:`TARGETS` at the target length, and
     :data:`LONG_BIAS_TARGET` at :data:`LONG_LENGTHS` for an encoder with an additive bias (from its hooks)."""
-    from poslab.encoders import encoder_class
+    from poslab.encoders import encoder_class  # deferred: torch, ~2.6 s
 
     if length == TARGET_LENGTH:
         return TARGETS.get(name, (None, None))
@@ -222,7 +225,7 @@ def run(cfg: BenchConfig, lengths: list[int] | None = None, encoders: list[str] 
     ``encoders``: a subset of the 1D encoders (``none`` is always timed, as the reference), each at every
     length; an unknown one is a one-line :class:`~poslab.errors.ConfigError` naming the valid ones. Without
     it, every 1D encoder, each at the lengths :func:`timed_at` allows."""
-    from poslab.encoders import available_encoders
+    from poslab.encoders import available_encoders  # deferred: torch, ~2.6 s
 
     valid = available_encoders(sequence_modality())
     unknown = [n for n in encoders or [] if n not in valid]
@@ -250,7 +253,7 @@ def run(cfg: BenchConfig, lengths: list[int] | None = None, encoders: list[str] 
 
 def untimed_note(lengths: list[int]) -> str:
     """One line naming what a run without ``--encoders`` left out at ``lengths``, and how to time it."""
-    from poslab.encoders import available_encoders
+    from poslab.encoders import available_encoders  # deferred: torch, ~2.6 s
 
     left_out: dict[str, list[str]] = {}  # the lengths an encoder was left out at -> those encoders
     for name in available_encoders(sequence_modality()):
@@ -274,9 +277,6 @@ def write_results(rows: list[dict], path: Path) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-
-    from rich.console import Console
-    from rich.table import Table
 
     parser = argparse.ArgumentParser(prog="poslab bench", description=__doc__.splitlines()[0])
     for key, value in BenchConfig().__dict__.items():

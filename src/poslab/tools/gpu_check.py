@@ -15,7 +15,8 @@
    bias costs no ``L x L`` memory when it grows as ``none``'s does.
 
 ``--dry-run`` runs the same steps at toy sizes on the CPU (no compile, no flex), so the script is
-exercised where no GPU is; its figures mean nothing.
+exercised where no GPU is; its figures mean nothing. Every import sits in the check that needs it: on a bare
+GPU machine (``PYTHONPATH=src``, no ``make install``) a missing package fails that check's row, not the script.
 """
 
 from __future__ import annotations

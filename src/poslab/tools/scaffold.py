@@ -193,8 +193,8 @@ def class_name(name: str) -> str:
 def new_encoder(name: str, hook: str, reads: str = "steps", root: Path | str = ".") -> list[Path]:
     """Write the three files for encoder ``name`` under ``root``; a one-line error for a bad name, an unknown
     hook or field, or a file that exists already (nothing is written then)."""
-    from poslab.encoders import available_encoders
-    from poslab.positions import POSITION_FIELDS
+    from poslab.encoders import available_encoders  # deferred: torch, ~2.6 s
+    from poslab.positions import POSITION_FIELDS  # deferred: torch, ~2.3 s
 
     _check_name(name, "encoder")
     if name in available_encoders():

@@ -36,6 +36,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from poslab.config.composition import compose, to_dict
@@ -169,9 +170,8 @@ def _nan_as_null(bias: torch.Tensor) -> list:
 
 def figure(numbers: dict[str, Any]):
     """One row of panels for what :func:`describe` measured on a sequence; a grid figure on a layout."""
-    import numpy as np
 
-    from poslab.track.plots import plt
+    from poslab.track.plots import plt  # deferred: matplotlib, ~0.8 s
 
     if numbers.get("layout"):
         return grid_figure(numbers)
@@ -215,9 +215,8 @@ def _title(numbers: dict[str, Any]) -> str:
 
 def grid_figure(numbers: dict[str, Any]):
     """Position-only scores on a token grid: a grid of grids (ViT Fig. 7), or one reference token's scores."""
-    import numpy as np
 
-    from poslab.track.plots import plt
+    from poslab.track.plots import plt  # deferred: matplotlib, ~0.8 s
 
     shape, axes_names = numbers["layout"]["shape"], numbers["layout"]["axes"]
     scores = np.array(numbers["similarity"], dtype=float)
@@ -268,7 +267,7 @@ def grid_figure(numbers: dict[str, Any]):
 
 def main(argv: list[str] | None = None) -> int:
 
-    from poslab.track import plots
+    from poslab.track import plots  # deferred: matplotlib, ~0.8 s
 
     parser = argparse.ArgumentParser(prog="poslab show", description=__doc__.splitlines()[0])
     parser.add_argument("encoder", help="any registered encoder (poslab list)")

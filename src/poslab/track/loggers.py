@@ -88,11 +88,11 @@ def build_logger(cfg: Any, run_dir: Path, run_name: str, job_type: str = "train"
     if kind == "none":
         return None
     if kind == "csv":
-        from lightning.pytorch.loggers import CSVLogger
+        from lightning.pytorch.loggers import CSVLogger  # deferred: Lightning, ~7 s
 
         return CSVLogger(save_dir=run_dir, name="csv", version="")
     if kind == "tensorboard":
-        from lightning.pytorch.loggers import TensorBoardLogger
+        from lightning.pytorch.loggers import TensorBoardLogger  # deferred: Lightning, ~7 s
 
         return TensorBoardLogger(save_dir=run_dir, name="tensorboard", version="", default_hp_metric=False)
     env = os.environ.get("WANDB_MODE")
@@ -113,7 +113,7 @@ def effective_wandb_mode(mode: str) -> str:
 
 def wandb_settings():
     """A run's W&B settings: ``wandb.init`` bounded by :data:`INIT_TIMEOUT_S`, a quiet console."""
-    import wandb
+    import wandb  # deferred: W&B, ~0.8 s
 
     return wandb.Settings(init_timeout=INIT_TIMEOUT_S, **QUIET_SETTINGS)
 
@@ -144,8 +144,8 @@ QUIET_SETTINGS = {"quiet": True, "show_info": False}
 
 def _start_wandb(cfg: Any, run_dir: Path, run_name: str, job_type: str, wandb_id: str | None, mode: str):
     """A started ``WandbLogger`` (``wandb.init`` bounded by :data:`INIT_TIMEOUT_S`)."""
-    import wandb
-    from lightning.pytorch.loggers import WandbLogger
+    import wandb  # deferred: W&B, ~0.8 s
+    from lightning.pytorch.loggers import WandbLogger  # deferred: Lightning, ~7 s
 
     check_staging_dir()
     tags = [cfg.modality, cfg.task.name, cfg.encoder.name, *cfg.logger.tags]
@@ -186,7 +186,7 @@ def check_staging_dir() -> None:
     only when the end-of-run tables are logged, after the whole training. Asked now, its own message (the
     folder, the variable to set) stops the run before anything is trained."""
     try:
-        from wandb.sdk.artifacts.staging import get_staging_dir
+        from wandb.sdk.artifacts.staging import get_staging_dir  # deferred: W&B, ~0.8 s
     except ImportError:  # another W&B layout: it reports the problem itself when it logs
         return
     get_staging_dir()
@@ -202,7 +202,7 @@ def wandb_info(logger: Any, mode: str) -> dict[str, Any]:
     ``mode`` is the resolved ``logger.mode``; without a W&B logger (or on a DDP rank other
     than 0, whose logger holds a stand-in run) every field is None.
     """
-    from lightning.pytorch.loggers.logger import DummyExperiment
+    from lightning.pytorch.loggers.logger import DummyExperiment  # deferred: Lightning, ~7 s
 
     run = logger.experiment if is_wandb(logger) else None
     if run is None or isinstance(run, DummyExperiment):
@@ -227,7 +227,7 @@ GLOBAL_STEP = "trainer/global_step"
 
 def _wandb_run(logger: Any):
     """The logger's W&B run, or None (another logger, or a DDP rank other than 0: its run is a stand-in)."""
-    from lightning.pytorch.loggers.logger import DummyExperiment
+    from lightning.pytorch.loggers.logger import DummyExperiment  # deferred: Lightning, ~7 s
 
     if not is_wandb(logger):
         return None
@@ -306,7 +306,7 @@ def log_line_chart(logger: Any, key: str, xs: list, series: dict[str, list], tit
     """
     if not is_wandb(logger):
         return
-    import wandb
+    import wandb  # deferred: W&B, ~0.8 s
 
     names = [n for n, ys in series.items() if any(y is not None for y in ys)]
     if not names:
@@ -327,7 +327,7 @@ def finish_logger(logger: Any) -> None:
     if logger is None:
         return
     if is_wandb(logger):
-        import wandb
+        import wandb  # deferred: W&B, ~0.8 s
 
         if logger._experiment is not None:
             logger.experiment.finish()

@@ -9,6 +9,7 @@ import matplotlib
 
 matplotlib.use("Agg")  # files only; never needs a display
 import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
@@ -86,7 +87,6 @@ def depth_heatmap(lengths: Sequence[int], grid: Sequence[Sequence[float | None] 
 
 def draw_depth_heatmap(ax, lengths: Sequence[int], grid: Sequence[Sequence[float | None] | None], title: str):
     """One accuracy-by-depth panel on ``ax`` (missing buckets blank); returns the image for a colorbar."""
-    import numpy as np
 
     buckets = len(next(g for g in grid if g))
     values = np.array([[np.nan if not g or g[b] is None else g[b] for b in range(buckets)] for g in grid])

@@ -80,7 +80,7 @@ def searched_extension(
     loss on about ``tokens`` validation tokens of that length (the model in eval mode, under the run's
     precision). Every rank searches the same data from the same seed and takes rank 0's loss for each
     candidate, so every rank takes the same path and finds the same settings (a GPU's last bits may differ)."""
-    from lightning.fabric.utilities.apply_func import move_data_to_device
+    from lightning.fabric.utilities.apply_func import move_data_to_device  # deferred: Lightning, ~7 s
 
     datamodule = trainer.datamodule
     batches = [

@@ -80,7 +80,7 @@ def depth_accuracy(group) -> dict[int, dict[float, float | None]]:
 
 def recall_depth(groups: Sequence):
     """Associative recall: accuracy by depth of the queried pair x length, one heatmap per encoder."""
-    from poslab.track import plots
+    from poslab.track import plots  # deferred: matplotlib, ~0.8 s
 
     data = {g.label: grid for g in groups if (grid := depth_accuracy(g))}
     if not data:

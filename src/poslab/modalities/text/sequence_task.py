@@ -54,7 +54,7 @@ class SequenceTask(LanguageModel):
     def lengen_measure(self, batch, generated: bool, context: int) -> dict:
         """``acc``: per answer, right or not (a recall query's value; a whole copy / reverse output);
         ``token_acc``: per answer token; recall also ``depth_acc``, by depth bucket of the queried pair."""
-        from poslab.evaluation.probes import Buckets
+        from poslab.evaluation.probes import Buckets  # deferred: Lightning, ~6 s
 
         logits = self.lengen_logits(batch, generated, context)
         hits = self.answer_hits(logits, batch["targets"]).flatten()
@@ -66,7 +66,7 @@ class SequenceTask(LanguageModel):
 
     def evaluations(self, cfg) -> list:
         """The length study, and flip-flop's sparse test where ``eval.sparsity`` asks for it."""
-        from poslab.modalities.text.callbacks import SparseFlipFlop
+        from poslab.modalities.text.callbacks import SparseFlipFlop  # deferred: Lightning and matplotlib, ~7 s
 
         sparse = [SparseFlipFlop(cfg.eval)] if cfg.eval.get("sparsity") else []
         return [*super().evaluations(cfg), *sparse]

@@ -82,6 +82,6 @@ class LanguageModel(PositionTask):
         return {"loss": F.cross_entropy(logits.flatten(0, 1).float(), batch["targets"].flatten(), reduction="none")}
 
     def evaluations(self, cfg) -> list:
-        from poslab.modalities.text.callbacks import LengthGeneralization
+        from poslab.modalities.text.callbacks import LengthGeneralization  # deferred: Lightning and matplotlib, ~7 s
 
         return [LengthGeneralization(cfg.eval)]

@@ -59,6 +59,6 @@ class ForecastTask(PositionTask):
         return self(batch["past"], batch["pos_past"], batch["pos_future"]).float() - batch["future"]
 
     def evaluations(self, cfg) -> list:
-        from poslab.modalities.timeseries.callbacks import ForecastReport
+        from poslab.modalities.timeseries.callbacks import ForecastReport  # deferred: Lightning and matplotlib, ~7 s
 
         return [ForecastReport(cfg.eval)]

@@ -8,7 +8,7 @@ from poslab.study.report_figures import keyed_means, pyplot
 
 
 def training_size(config: dict) -> int:
-    from poslab.modalities.vision.data import native_size
+    from poslab.modalities.vision.data import native_size  # deferred: torchvision, ~4.6 s
 
     return config["data"].get("image_size") or native_size(config["data"])
 

