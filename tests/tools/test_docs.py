@@ -101,3 +101,16 @@ def test_a_generated_block_no_page_marks_is_stale_and_written_to_its_home(tmp_pa
     assert docs.stale(copy) == []
     text = (copy / "modalities.md").read_text()
     assert "## audio: options" in text and "<!-- poslab-docs:options:audio -->\n| key |\n|---|\n<!--" in text
+
+
+def test_a_run_made_before_a_key_existed_counts_as_the_run_its_default_makes():
+    """A stored config without a key added since (its default is what the run computed) hashes as the config
+    composed today; a different value of that key does not."""
+    from poslab.config.composition import compose, to_dict
+    from poslab.tools.docs import computed_hash
+
+    today = to_dict(compose(["modality=text"]))
+    before = {**today, "data": {k: v for k, v in today["data"].items() if k not in ("tokenizer", "vocab_size")}}
+    assert computed_hash(before) == computed_hash(today)
+    assert computed_hash(to_dict(compose(["modality=text", "data.tokenizer=bpe"]))) != computed_hash(today)
+    assert computed_hash({"modality": "gone"}) == computed_hash({"modality": "gone"})  # no longer valid: as stored

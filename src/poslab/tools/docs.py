@@ -32,9 +32,11 @@ from omegaconf import OmegaConf
 
 from poslab.config.composition import compose, to_dict
 from poslab.config.files import config_dirs, load_yaml, modality_positions
+from poslab.config.validation import validate
 from poslab.encoders import available_encoders, encoder_class, encoder_defaults
 from poslab.encoders.base import PositionEncoder
 from poslab.entry_points import entry_points, plugin_config_dirs, plugin_packages
+from poslab.errors import ConfigError
 from poslab.modalities.registry import available_modalities
 from poslab.run.policy import config_hash
 from poslab.study.compare import plan
@@ -116,6 +118,17 @@ def read_verdicts(docs_dir: Path) -> dict[str, Any]:
     return json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
 
 
+def computed_hash(stored: dict) -> str:
+    """What a stored run computes, as a hash: its config with the keys added since it ran at their defaults
+    (a key's default is what the run computed before the key existed), as it stands when that config no longer
+    validates."""
+    try:
+        stored = to_dict(validate(OmegaConf.create(stored)))
+    except ConfigError:
+        pass
+    return config_hash(stored, ignore=("run",))
+
+
 def measured_verdicts(
     name: str, modality: str, expect: list[str], echo: Callable[[str], None] = print
 ) -> dict[str, Any] | None:
@@ -127,7 +140,7 @@ def measured_verdicts(
     finished = {}
     for path in sorted((Path(grid[0][2].run.root) / modality).glob("*/summary.json")):
         summary = read_summary(path)
-        finished[config_hash(summary["config"], ignore=("run",))] = summary
+        finished[computed_hash(summary["config"])] = summary
     summaries = []
     for _label, _seed, cfg in grid:
         found = finished.get(config_hash(to_dict(cfg), ignore=("run",)))

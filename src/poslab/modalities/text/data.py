@@ -1,4 +1,5 @@
-"""Text data module: character-level corpora with step positions.
+"""Text data module: corpora as tokens (``data.tokenizer``: characters by default, :mod:`.tokenizers`) with step
+positions.
 
 Training draws random windows of ``context + 1`` characters (nanoGPT's
 ``get_batch``) from an endless, seeded stream, so the run length is
@@ -27,7 +28,8 @@ from torch.utils.data import DataLoader, Dataset, IterableDataset
 from poslab.data.base import PositionDataModule
 from poslab.data.resumable import ResumableLoader
 from poslab.errors import ConfigError, DataError
-from poslab.modalities.text.sources import SOURCES, TextSplits
+from poslab.modalities.text.sources import SOURCES
+from poslab.modalities.text.tokenizers import CharTokenizer, Tokenizer, build_tokenizer
 from poslab.positions import Positions
 
 
@@ -50,30 +52,6 @@ def random_positions(batch: int, length: int, limit: int, generator: torch.Gener
         raise ConfigError(f"data.random_positions={limit} must be at least the sequence length {length}")
     keys = torch.rand(batch, limit, generator=generator)
     return keys.topk(length, dim=-1).indices.sort(dim=-1).values
-
-
-class Vocabulary:
-    """Characters <-> ids, built from every split so no held-out character is unknown."""
-
-    def __init__(self, chars: str) -> None:
-        self.chars = chars
-        self.index = {c: i for i, c in enumerate(chars)}
-
-    @classmethod
-    def from_splits(cls, splits: TextSplits) -> Vocabulary:
-        return cls("".join(sorted(set(splits.train) | set(splits.val) | set(splits.test))))
-
-    def encode(self, text: str) -> torch.Tensor:
-        try:
-            return torch.tensor([self.index[c] for c in text], dtype=torch.long)
-        except KeyError as exc:
-            raise DataError(f"character {exc.args[0]!r} is not in the vocabulary") from None
-
-    def decode(self, ids) -> str:
-        return "".join(self.chars[int(i)] for i in ids)
-
-    def __len__(self) -> int:
-        return len(self.chars)
 
 
 class RandomWindows(IterableDataset):
@@ -116,7 +94,7 @@ class TextDataModule(PositionDataModule):
         #: every evaluated window length divides this, so whole windows of each length cover the same text
         self.eval_unit = self.context * math.lcm(*(int(m) for m in multiples))
         self.splits: dict[str, torch.Tensor] = {}
-        self.vocab: Vocabulary | None = None
+        self.vocab: Tokenizer | None = None
         self._steps: dict[tuple, torch.Tensor] = {}
         self._eval_rng = torch.Generator()
 
@@ -132,8 +110,11 @@ class TextDataModule(PositionDataModule):
         return len(self.vocab)
 
     def model_facts(self) -> dict[str, Any]:
-        """What the task is sized by: the characters (saved with the checkpoint)."""
-        return {"vocab_size": len(self.vocab), "vocab": self.vocab.chars}
+        """What the task is sized by: the vocabulary (a character tokenizer's characters are saved with the
+        checkpoint; another tokenizer is made again from the data's config)."""
+        if isinstance(self.vocab, CharTokenizer):
+            return {"vocab_size": len(self.vocab), "vocab": self.vocab.chars}
+        return {"vocab_size": len(self.vocab)}
 
     def context_options(self) -> dict[str, Any]:
         """What the data tells the encoder: the longest position seen in training."""
@@ -149,9 +130,11 @@ class TextDataModule(PositionDataModule):
     def setup(self, stage: str | None = None) -> None:
         if self.splits:
             return
-        texts = SOURCES[self.cfg.name](Path(self.cfg.root), False, self.cfg.path)
-        self.vocab = Vocabulary.from_splits(texts)
-        self.splits = {name: self.vocab.encode(getattr(texts, name)) for name in ("train", "val", "test")}
+        root = Path(self.cfg.root)
+        texts = SOURCES[self.cfg.name](root, False, self.cfg.path)
+        splits = {name: getattr(texts, name) for name in ("train", "val", "test")}
+        self.vocab = build_tokenizer(self.cfg.tokenizer, root, list(splits.values()), self.cfg.vocab_size)
+        self.splits = {name: self.vocab.encode(text) for name, text in splits.items()}
         for split in ("val", "test"):
             if len(self.held_out(split)) < 2:
                 raise ConfigError(

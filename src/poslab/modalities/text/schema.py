@@ -19,6 +19,7 @@ from poslab.encoders.rope_scaling import SCALINGS
 from poslab.modalities.text.model import CausalLM
 from poslab.modalities.text.sequence_tasks import TASKS as SEQUENCE_TASKS
 from poslab.modalities.text.sources import SOURCES as TEXT_SOURCES
+from poslab.modalities.text.tokenizers import check_spec
 
 #: What the length study may apply at evaluation: every RoPE scaling but none, and the extensions other
 #: encoders declare (rnope's ``swan``).
@@ -61,10 +62,13 @@ class TextDataConfig:
     name: Literal[(*TEXT_SOURCES, *SEQUENCE_TASKS)] = "shakespeare"  # type: ignore[valid-type]
     root: str = "data"  # download cache; data.root=../shared/data finds a pre-filled one
     path: Optional[str] = None  # data=textfile: your UTF-8 file (90 / 5 / 5 % split)
+    # Corpora: how text becomes tokens: char, bpe, tiktoken:<encoding> or hf:<folder or repo> (tokenizers.py)
+    tokenizer: str = "char"
+    vocab_size: Annotated[int, Range(256)] = 4096  # bpe: the vocabulary it is trained to (256 bytes + merges)
     context: Annotated[int, Range(2)] = 64  # training context length L
     batch_size: Annotated[int, AT_LEAST_1] = 32
     eval_batch_size: Annotated[int, AT_LEAST_1] = 64
-    # Held-out characters scored at each length (validation and length generalisation), cut down to a
+    # Held-out tokens scored at each length (validation and length generalisation), cut down to a
     # multiple of context x lcm(eval.multiples) so every length scores the same ones.
     eval_tokens: Annotated[int, AT_LEAST_1] = 32768
     random_positions: Annotated[Optional[int], AT_LEAST_1] = (
@@ -96,6 +100,12 @@ def check_text(cfg) -> str | None:
     wanted = "sequence" if cfg.data.name in SEQUENCE_TASKS else "lm"
     if cfg.task.name != wanted:
         return f"data={cfg.data.name} needs task.name={wanted} (got task.name={cfg.task.name})"
+    if cfg.data.name in SEQUENCE_TASKS and cfg.data.tokenizer != "char":
+        return (
+            f"data={cfg.data.name} makes its own tokens; data.tokenizer applies to corpora (got {cfg.data.tokenizer})"
+        )
+    if cfg.data.name not in SEQUENCE_TASKS and (problem := check_spec(cfg.data.tokenizer)):
+        return problem
     if cfg.eval.sparsity and cfg.data.name != "flip_flop":
         return f"eval.sparsity applies to data=flip_flop only (got data={cfg.data.name}); set eval.sparsity=[]"
     return None

@@ -1,4 +1,5 @@
-"""Causal language modelling, character level: loss in nats/char, bits/char, perplexity."""
+"""Causal language modelling: loss in nats per token, bits per character (``bpc``; bits per token, ``bpt``, with a
+tokenizer other than ``char``), perplexity."""
 
 from __future__ import annotations
 
@@ -30,7 +31,8 @@ class LanguageModel(PositionTask):
         encoder = self.build_encoder(context, causal=CausalLM.causal)
         options = pick_options(CausalLM, cfg["model"], CausalLM.SUPPLIED)
         self.model = CausalLM(encoder, vocab_size=vocab_size, **options)
-        # Token-weighted mean loss per stage; bits/char and perplexity derive from it.
+        # Token-weighted mean loss per stage; bits per token and perplexity derive from it.
+        self.bits_key = "bpc" if cfg["data"].get("tokenizer", "char") == "char" else "bpt"
         self.val_loss = MeanMetric()
         self.test_loss = MeanMetric()
 
@@ -65,7 +67,7 @@ class LanguageModel(PositionTask):
     def _derived(self, stage: str) -> None:
         loss = self.trainer.callback_metrics.get(f"{stage}/loss")
         if loss is not None:
-            self.log(f"{stage}/bpc", loss / math.log(2))
+            self.log(f"{stage}/{self.bits_key}", loss / math.log(2))
             self.log(f"{stage}/ppl", perplexity(loss))
 
     def lengen_logits(self, batch, generated: bool, context: int) -> torch.Tensor:
