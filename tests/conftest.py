@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
+import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -14,6 +17,9 @@ os.environ["WANDB_SILENT"] = "true"
 os.environ.pop("WANDB_API_KEY", None)
 os.environ.pop("WANDB_MODE", None)
 os.environ["NETRC"] = os.devnull
+# poslab's own cache (the CPU's measured matmul peak) stays out of the user's home: one per test process.
+os.environ["POSLAB_CACHE"] = tempfile.mkdtemp(prefix="poslab-cache-")
+atexit.register(shutil.rmtree, os.environ["POSLAB_CACHE"], ignore_errors=True)
 
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 

@@ -182,7 +182,7 @@ def test_on_cuda_the_step_timer_reads_device_events_once_at_the_end(monkeypatch)
             return end.at - self.at
 
     monkeypatch.setattr(torch.cuda, "Event", Event)
-    timer, module = StepTimer(), SimpleNamespace(device=torch.device("cuda"))
+    timer, module = StepTimer(), SimpleNamespace(device=torch.device("cuda"), backbone=torch.nn.Identity())
     for step in range(12):
         timer.on_train_batch_start(None, module, None, step)
         device_ms[0] += 40.0

@@ -109,7 +109,7 @@ def test_the_best_value_of_the_monitored_metric_is_wandbs_summary_and_probe_metr
     assert offline.summary["val/loss"]["min"] == min(offline.logged("val/loss"))
     assert offline.summary["val/acc_best"] == summary["metrics"]["val/acc_best"] == max(val)
     assert offline.metric("val/acc").step_metric == "trainer/global_step"
-    for key in ("resolution/acc@56/raw", "perf/train_step_ms", "num_params"):
+    for key in ("resolution/acc@56/raw", "perf/train_step_ms", "perf/tokens_per_s", "perf/mfu", "num_params"):
         assert offline.metric(key).options.hidden, key  # a runs-table column: one point says nothing as a line
     assert offline.metric("test/*").options.hidden
     assert not offline.metric("train/loss") or not offline.metric("train/loss").options.hidden

@@ -11,6 +11,7 @@ import json
 import statistics
 import time
 from collections import deque
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,7 @@ from poslab.errors import NonFiniteLoss
 from poslab.evaluation.probes import RunReport
 from poslab.evaluation.similarity import position_similarity
 from poslab.files import write_json_atomic
+from poslab.run.throughput import StepShape, peak_flops, weight_count
 from poslab.track import plots
 
 
@@ -228,12 +230,15 @@ class FitMetrics(L.Callback):
 
 
 class StepTimer(ResumedByFit, Reporter):
-    """Median time of a training step, in ms, from the batch on the device to the step's end.
+    """Median time of a training step, in ms, from the batch on the device to the step's end, and what it buys:
+    ``perf/tokens_per_s`` and ``perf/samples_per_s`` (every device's together) and ``perf/mfu``
+    (:mod:`poslab.run.throughput`).
 
     On the CPU, the host's wall time. On CUDA the host runs ahead of the device (it waits only where a value
     is read), so its times would mostly be the time to queue the work: each step is timed by two CUDA events
     on the device's stream instead, read when the device has passed them (never waiting for it during
-    training) and at the end.
+    training) and at the end. The tokens are what the backbone's passes of the first step saw (a hook on
+    it for that step only): every step of a run has the same shape.
     """
 
     warmup_steps = 5
@@ -243,23 +248,46 @@ class StepTimer(ResumedByFit, Reporter):
         self._times: list[float] = []
         self._events: deque[tuple] = deque()
         self._start: Any = 0.0
+        self._passes: list[tuple[int, ...]] = []
+        self._hook: Any = None
+        self._cost: dict[str, Any] = {}  # the step's shape, the model's weights, the device's peak, the world
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        if not self._cost and self._hook is None:
+            self._hook = pl_module.backbone.register_forward_pre_hook(self._see)
         if pl_module.device.type == "cuda":
             self._start = torch.cuda.Event(enable_timing=True)
             self._start.record()
         else:
             self._start = time.perf_counter()
 
+    def _see(self, module, args) -> None:
+        if module.training:
+            self._passes.append(tuple(args[0].shape))
+
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         if pl_module.device.type != "cuda":
             self._times.append(time.perf_counter() - self._start)
-            return
-        end = torch.cuda.Event(enable_timing=True)
-        end.record()
-        self._events.append((self._start, end))
-        while self._events and self._events[0][1].query():  # steps the device has finished: no wait
-            self._read_first()
+        else:
+            end = torch.cuda.Event(enable_timing=True)
+            end.record()
+            self._events.append((self._start, end))
+            while self._events and self._events[0][1].query():  # steps the device has finished: no wait
+                self._read_first()
+        if self._hook is not None:
+            self._hook.remove()
+            self._hook = None
+            self._cost = self._step_cost(trainer, pl_module) if self._passes else {}
+
+    def _step_cost(self, trainer, pl_module) -> dict[str, Any]:
+        shape = StepShape(
+            samples=self._passes[0][0],
+            tokens=sum(b * n for b, n, _ in self._passes),
+            token_lengths=sum(b * n * n for b, n, _ in self._passes),
+            depth=len(pl_module.backbone.blocks),
+            width=self._passes[0][-1],
+        )
+        return {"shape": asdict(shape), "weights": weight_count(pl_module.model), "world": trainer.world_size}
 
     def _read_first(self) -> None:
         start, end = self._events.popleft()
@@ -270,20 +298,32 @@ class StepTimer(ResumedByFit, Reporter):
             self._events[-1][1].synchronize()  # the last step's end: every earlier event has been reached
             while self._events:
                 self._read_first()
+        if self._cost and "peak" not in self._cost:  # measured after the timed steps (the CPU's matmul peak)
+            self._cost["peak"] = peak_flops(pl_module.device)
         self._publish()
 
     def _publish(self) -> None:
         times = self._times[self.warmup_steps :] or self._times
-        if times:
-            self.report["metrics"]["perf/train_step_ms"] = 1000 * statistics.median(times)
+        if not times:
+            return
+        step = statistics.median(times)
+        metrics = self.report["metrics"]
+        metrics["perf/train_step_ms"] = 1000 * step
+        if self._cost:
+            shape, world = StepShape(**self._cost["shape"]), self._cost["world"]
+            metrics["perf/tokens_per_s"] = world * shape.tokens / step
+            metrics["perf/samples_per_s"] = world * shape.samples / step
+            if self._cost.get("peak"):
+                metrics["perf/mfu"] = shape.model_flops(self._cost["weights"]) / step / self._cost["peak"]
 
     def state_dict(self) -> dict:
-        return {"times": list(self._times)}
+        return {"times": list(self._times), "cost": dict(self._cost)}
 
     def restore(self, state_dict: dict) -> None:
         """A resumed run's median covers the steps before the interruption too (and, resumed after its last
         step, they are all it has)."""
         self._times = list(state_dict.get("times", []))
+        self._cost = dict(state_dict.get("cost", {}))
         self._publish()
 
 

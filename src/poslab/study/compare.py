@@ -293,20 +293,20 @@ def cfg_logs_to_wandb(cfg) -> bool:
 
 
 def wide_table(groups) -> tuple[list[str], list[list[Any]]]:
-    """A row per encoder (× variant): runs, parameters, step time, then mean / std / n of every metric the
-    report shows, and whether the expectations that apply to it held (True / False, None: not measured)."""
+    """A row per encoder (× variant): runs, parameters, step time, tokens/s and MFU, then mean / std / n of every
+    metric the report shows, and whether the expectations that apply to it held (True / False, None: not measured)."""
 
     columns = metric_columns(groups)
     verdicts: dict[str, list] = {}
     for text, label, held, detail in check_expectations(groups):
         verdicts.setdefault(label, []).append((text, held, detail))
-    header = ["encoder", "runs", "params", "ms_per_step"]
+    header = ["encoder", "runs", "params", "ms_per_step", "tokens_per_s", "mfu"]
     header += [f"{c} {part}" for c in columns for part in ("mean", "std", "n")]
     header += ["expectations_held", "expectations"]
     rows = []
     for g in groups:
-        step = g.stat("perf/train_step_ms")
-        row = [g.label, len(g.runs), g.mean_of("num_params"), step.mean if step else None]
+        row = [g.label, len(g.runs), g.mean_of("num_params")]
+        row += [s.mean if (s := g.stat(f"perf/{key}")) else None for key in ("train_step_ms", "tokens_per_s", "mfu")]
         for c in columns:
             s = g.stat(c)
             row += [s.mean, s.std, s.n] if s is not None else [None, None, 0]

@@ -10,7 +10,8 @@
    token are 6·N (N: parameters outside the embeddings) plus 12·layers·L·width for attention (forward
    2·L·width per layer for each of QKᵀ and PV, backward twice that; causal masking not discounted), as
    in PaLM (Chowdhery et al. 2022, appendix B); MFU divides by the device's peak dense bf16 FLOP/s
-   (:data:`PEAK_BF16`, or ``--peak-tflops``).
+   (:data:`poslab.run.throughput.PEAK_BF16`, or ``--peak-tflops``); a training run logs the same
+   as ``perf/mfu``.
 4. **memory**: peak memory of one training step against L (batch 1) for ``none`` and ``alibi``: the
    bias costs no ``L x L`` memory when it grows as ``none``'s does.
 
@@ -28,9 +29,6 @@ import tempfile
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-
-#: Peak dense bf16 tensor-core FLOP/s by device name (vendor data sheets, SXM parts).
-PEAK_BF16 = {"H200": 989e12, "H100": 989e12, "A100": 312e12, "L40S": 362e12, "L4": 121e12}
 
 #: (modality, encoder): each modality, one encoder per hook family (input, rotation 2D/1D/3D, offset bias,
 #: table, time), and the two that step out of bf16 autocast on purpose.
@@ -223,8 +221,9 @@ def gpt2_small(name: str, sizes: Sizes, length: int, batch: int):
 
 def flops_per_token(model, sizes: Sizes, length: int) -> float:
     """6·N for the weights outside the embeddings plus 12·depth·L·width for attention (PaLM, appendix B)."""
-    weights = sum(p.numel() for n, p in model.named_parameters() if not n.startswith("embed"))
-    return 6 * weights + 12 * sizes.depth * length * sizes.width
+    from poslab.run.throughput import token_flops, weight_count
+
+    return token_flops(weight_count(model), sizes.depth, sizes.width, length)
 
 
 def synchronize(device: str) -> None:
@@ -303,12 +302,11 @@ def release(device: str) -> None:
 def peak_flops(override_tflops: float | None) -> float | None:
     import torch
 
+    from poslab.run.throughput import peak_flops as device_peak
+
     if override_tflops:
         return override_tflops * 1e12
-    if not torch.cuda.is_available():
-        return None
-    name = torch.cuda.get_device_name()
-    return next((v for k, v in PEAK_BF16.items() if k in name), None)
+    return device_peak(torch.device("cuda")) if torch.cuda.is_available() else None
 
 
 def table(rows: list[Row], header: str) -> str:
