@@ -49,7 +49,7 @@ def run_cli(capsys, *argv):
         ),
         (["train", "data.batchsize=3"], "unknown config key 'data.batchsize' (did you mean 'data.batch_size'?)"),
         (["train", "model.depth=deep"], "config key 'model.depth' expects int, got 'deep'"),
-        (["train", "trainer=tpu"], "unknown trainer 'tpu' (did you mean 'gpu'?); valid: cpu, ddp, gpu, gpu16"),
+        (["train", "trainer=tpu"], "unknown trainer 'tpu' (did you mean 'gpu'?); valid: cpu, ddp, fsdp, gpu, gpu16"),
         (["eval"], "poslab eval needs exactly one ckpt=PATH"),
         (["eval", "ckpt=/nonexistent.ckpt"], "checkpoint /nonexistent.ckpt does not exist"),
         (["compare", "seeds=2"], "poslab compare needs modality=<name>"),

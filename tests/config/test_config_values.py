@@ -31,7 +31,7 @@ BAD = [
     ("trainer.val_check_interval=0", "config key 'trainer.val_check_interval' must be > 0, got 0"),
     ("optim.betas=[0.9,1.5]", "config key 'optim.betas' must be in [0, 1), got 1.5"),
     ("modality=", "'modality=' names no modality; valid: " + ", ".join(available_modalities())),
-    ("trainer=", "'trainer=' names no trainer; valid: cpu, ddp, gpu, gpu16"),
+    ("trainer=", "'trainer=' names no trainer; valid: cpu, ddp, fsdp, gpu, gpu16"),
     ("seed=${seed}", "invalid config at 'seed': Recursive interpolation detected"),
     ("run.name=../../x", "run.name must be one folder name (no '/', not '.' or '..', 1-120 characters), got '../../x'"),
     ("run.name=/tmp/x", "run.name must be one folder name (no '/', not '.' or '..', 1-120 characters), got '/tmp/x'"),

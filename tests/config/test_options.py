@@ -22,7 +22,7 @@ class Net:
 
 def test_the_schema_is_the_signature_minus_what_the_code_supplies():
     schema = OmegaConf.structured(options_schema("NetConfig", Net, supplied=("encoder",), bases=(ModelConfig,)))
-    assert list(schema) == ["compile", "width", "mode", "scale"]
+    assert list(schema) == ["compile", "activation_checkpointing", "width", "mode", "scale"]
     assert schema.mode == "a" and schema.scale is None and OmegaConf.is_missing(schema, "width")
     with pytest.raises(Exception, match="mode"):
         OmegaConf.merge(schema, {"mode": "c"})  # Literal: one of 'a', 'b'
@@ -31,11 +31,12 @@ def test_the_schema_is_the_signature_minus_what_the_code_supplies():
 
 @pytest.mark.parametrize("modality", available_modalities())
 def test_every_models_config_keys_are_its_constructors_options(modality):
-    """model.* = the model's keyword options (+ compile): one place per option, no copy to keep in step."""
+    """model.* = the model's keyword options (+ compile, activation_checkpointing): one place per option, no copy to keep in step."""
     schema = get_modality(modality).model
     model, supplied = schema.options_of, schema.supplied
     assert "encoder" in supplied and "dim" in keyword_options(model, supplied)
-    assert list(compose([f"modality={modality}"]).model) == ["compile", *keyword_options(model, supplied)]
+    shared = ["compile", "activation_checkpointing"]
+    assert list(compose([f"modality={modality}"]).model) == [*shared, *keyword_options(model, supplied)]
 
 
 def test_a_models_typed_option_is_validated_from_its_annotation():

@@ -1,8 +1,8 @@
 """Compose a run's config (OmegaConf) from the YAMLs and the command line, then check it once
 (:mod:`~poslab.config.validation`). Later wins::
 
-    train.yaml -> modality/<m>.yaml -> (the dataset's own values) -> encoder/<e>.yaml, logger/<l>.yaml,
-    trainer/<t>.yaml -> experiment/<x>.yaml (and its encoder_options) -> key=value overrides
+    train.yaml -> modality/<m>.yaml -> (the dataset's own values) -> model/<preset>.yaml, encoder/<e>.yaml,
+    logger/<l>.yaml, trainer/<t>.yaml -> experiment/<x>.yaml (and its encoder_options) -> key=value overrides
 
 A YAML's ``defaults:`` mapping selects groups (``encoder: sincos2d``); the command line selects one with
 ``group=name``, and ``data=mnist`` (a node with a ``name``) is short for ``data.name=mnist``.
@@ -27,8 +27,8 @@ from poslab.modalities.registry import get_modality
 from poslab.run.policy import fixed_on_eval, rule
 
 ALL_ENCODERS = "all"  # `compare_encoders: all`: every encoder that fits the modality, alone or in the list
-#: Groups chosen by name (a YAML file each under ``configs/<group>/``); the last three become a node each.
-GROUPS = ("modality", "encoder", "experiment", "logger", "trainer")
+#: Groups chosen by name; encoder, logger, trainer become a node each, a model preset is laid over the modality's.
+GROUPS = ("modality", "encoder", "experiment", "logger", "trainer", "model")
 NODE_GROUPS = ("encoder", "logger", "trainer")
 
 
@@ -58,7 +58,8 @@ def _compose(overrides: list[str] | tuple[str, ...]) -> DictConfig:
         raise ConfigError(f"modality '{modality}' has no default encoder; pass encoder=<name>")
     encoder_class(chosen["encoder"], modality)  # an unknown or unfit encoder: one line
     nodes = [{group: load_node(group, chosen[group])} for group in NODE_GROUPS]
-    layers = [base, {"modality": modality, "experiment": experiment}, mod_cfg, *nodes, exp_cfg]
+    preset = {"model": load_group("model", chosen["model"])} if chosen["model"] else {}
+    layers = [base, {"modality": modality, "experiment": experiment}, mod_cfg, preset, *nodes, exp_cfg]
     cfg = _with_values(OmegaConf.merge(*layers), values)
     dataset = source_defaults(modality, OmegaConf.select(cfg, "data.name", default=None))
     given = cfg.get("encoder_options")
@@ -71,7 +72,12 @@ def _compose(overrides: list[str] | tuple[str, ...]) -> DictConfig:
     if cfg.get("compare_encoders") == ALL_ENCODERS:  # `compare_encoders: all`, the list's one-word form
         cfg.compare_encoders = [ALL_ENCODERS]
     _check_explicit_options(cfg, values)
-    return validate(cfg)
+    try:
+        return validate(cfg)
+    except ConfigError as exc:  # a key a preset set: say which preset, and where it does not fit
+        if not any(f"'model.{key}'" in str(exc) for key in preset.get("model", {})):
+            raise
+        raise ConfigError(f"model={chosen['model']} does not fit modality={modality}: {exc}") from None
 
 
 def load_group(group: str, choice: str) -> DictConfig:
@@ -139,7 +145,7 @@ def _parse_value(item: str, raw: str) -> Any:
         raise ConfigError(f"cannot parse the value of '{item}': {message.splitlines()[0]}") from None
 
 
-def _yaml_value(text: str) -> Any:
+def _yaml_value(text: str) -> Any:  # noqa: D103
     return OmegaConf.to_container(OmegaConf.from_dotlist([f"_={text}"]))["_"]
 
 

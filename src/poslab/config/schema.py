@@ -20,10 +20,10 @@ class EvalConfig:
 
 @dataclass
 class ModelConfig:
-    """The key every model shares; a modality's model schema extends it with its architecture."""
+    """The keys every model shares; a modality's model schema extends it with its architecture."""
 
-    #: torch.compile the backbone: pays a compile up front (docs/clusters.md, "`model.compile`")
-    compile: bool = False
+    compile: bool = False  # torch.compile the backbone: pays a compile up front (docs/clusters.md, "`model.compile`")
+    activation_checkpointing: bool = False  # recompute each block in the backward pass: less memory, same gradients
 
 
 @dataclass

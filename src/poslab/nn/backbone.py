@@ -16,6 +16,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 from poslab.encoders.base import PositionEncoder
 from poslab.nn.attention import AttentionBias, SelfAttention
@@ -34,6 +35,10 @@ class TransformerBlock(nn.Module):
             nn.Linear(dim, hidden), nn.GELU(), nn.Dropout(dropout), nn.Linear(hidden, dim), nn.Dropout(dropout)
         )
         self.attn_dropout = nn.Dropout(dropout)
+
+    def residual_outputs(self) -> tuple[nn.Linear, nn.Linear]:
+        """The two projections whose outputs are added to the residual stream (attention's and the MLP's)."""
+        return self.attn.proj, self.mlp[3]
 
     def forward(self, x, encoder, pos, bias=None, num_prefix_tokens=0, causal=False, layer=0):
         x = x + self.attn_dropout(self.attn(self.norm1(x), encoder, pos, bias, num_prefix_tokens, causal, layer))
@@ -59,6 +64,9 @@ class Transformer(nn.Module):
         self.causal = causal
         self.blocks = nn.ModuleList(TransformerBlock(dim, num_heads, mlp_ratio, dropout) for _ in range(depth))
         self.norm = nn.LayerNorm(dim)
+        #: recompute each block in the backward pass (``model.activation_checkpointing``); RNG state is replayed,
+        #: so dropout draws the same masks and the gradients are those of the plain pass
+        self.activation_checkpointing = False
 
     def forward(
         self,
@@ -87,7 +95,10 @@ class Transformer(nn.Module):
                 mask = blockwise(mask, encoder.attention_blocks(), x.shape[1], p, self.causal, x.device)
                 found = [self.attention_bias(pos, p, x.dtype, x.device, mask, encoder)]
                 made.append((encoder, found[0]))
-            x = block(x, encoder, pos, found[0], p, self.causal, index)
+            if self.activation_checkpointing and self.training and torch.is_grad_enabled():
+                x = checkpoint(block, x, encoder, pos, found[0], p, self.causal, index, use_reentrant=False)
+            else:
+                x = block(x, encoder, pos, found[0], p, self.causal, index)
         return self.norm(x)
 
     def attention_bias(

@@ -30,6 +30,7 @@ POLICY = (
     KeyRule("encoder.*", evaluate=False),
     KeyRule("model.*", evaluate=False),
     KeyRule("model.compile", resume=True, evaluate=False, computes=False),
+    KeyRule("model.activation_checkpointing", resume=True, evaluate=False, computes=False),
     KeyRule("optim.*", evaluate=False),
     KeyRule("sched.*", evaluate=False),
     KeyRule("trainer.max_steps", resume=True),

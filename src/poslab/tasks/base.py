@@ -5,8 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 import lightning as L
+from torch.distributed.fsdp.wrap import wrap
 
 from poslab.encoders import PositionEncoder, build_encoder_in_context
+from poslab.nn.backbone import TransformerBlock
 from poslab.tasks.optimizers import configure
 
 
@@ -44,8 +46,19 @@ class PositionTask(L.LightningModule):
         return self.backbone.encoder
 
     def configure_model(self) -> None:
-        """``model.compile=true``: compile the backbone in place (``nn.Module.compile``), so the
-        checkpoint's keys stay those of the plain model and either kind of run loads the other's."""
+        """Called by Lightning once the strategy is set up, before the optimiser.
+
+        Under ``trainer=fsdp`` each backbone block becomes its own FSDP unit (Lightning's manual wrapping:
+        ``wrap`` shards what it is given inside the strategy's context and returns it unchanged under any other
+        strategy), so one block's weights are gathered at a time. ``model.activation_checkpointing=true``: the
+        backbone recomputes its blocks in the backward pass. ``model.compile=true``: compile the backbone in
+        place (``nn.Module.compile``), so the checkpoint's keys stay those of the plain model and either kind
+        of run loads the other's."""
+        blocks = self.backbone.blocks
+        for index, block in enumerate(blocks):
+            if isinstance(block, TransformerBlock):  # not wrapped yet (a test after a fit calls this again)
+                blocks[index] = wrap(block)
+        self.backbone.activation_checkpointing = bool(self.cfg["model"].get("activation_checkpointing"))
         if self.cfg["model"].get("compile"):
             self.backbone.compile()
 

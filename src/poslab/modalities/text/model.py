@@ -1,7 +1,8 @@
-"""Decoder-only character model on the shared backbone (causal attention)."""
+"""Decoder-only language model on the shared backbone (causal attention)."""
 
 from __future__ import annotations
 
+import math
 from typing import Annotated
 
 import torch
@@ -41,6 +42,8 @@ class CausalLM(nn.Module):
         mlp_ratio: MlpRatio = 4.0,
         dropout: Dropout = 0.0,
         embed_std: Annotated[float, POSITIVE] = 0.02,
+        tie_embeddings: bool = False,
+        residual_scaling: bool = False,
     ) -> None:
         super().__init__()
         self.embed = nn.Embedding(vocab_size, dim)
@@ -54,7 +57,13 @@ class CausalLM(nn.Module):
                 nn.init.normal_(module.weight, std=0.02)
                 if module.bias is not None:
                     nn.init.zeros_(module.bias)
+        if residual_scaling:
+            for block in self.backbone.blocks:
+                for projection in block.residual_outputs():
+                    nn.init.normal_(projection.weight, std=0.02 / math.sqrt(2 * depth))
         nn.init.normal_(self.embed.weight, std=embed_std)
+        if tie_embeddings:
+            self.head.weight = self.embed.weight
 
     def forward(self, tokens: torch.Tensor, pos: Positions | torch.Tensor) -> torch.Tensor:
         return self.head(self.backbone(self.dropout(self.embed(tokens)), pos))

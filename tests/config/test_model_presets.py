@@ -1,0 +1,145 @@
+"""Model presets (``model=<preset>``), GPT-2's recipe, activation checkpointing and FSDP's wrapping: the sizes
+the papers name, the initialisation they describe, the same gradients for less memory."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+from torch.distributed.fsdp.wrap import enable_wrap
+
+from poslab.config.composition import compose
+from poslab.config.options import pick_options
+from poslab.encoders import build_encoder_in_context
+from poslab.errors import ConfigError
+from poslab.modalities.text.model import CausalLM
+from poslab.nn.backbone import TransformerBlock
+from poslab.positions import Positions
+from poslab.run.train import train
+from poslab.tasks.base import PositionTask
+
+GPT2_VOCAB = 50257
+
+
+def text_model(preset: str, vocab_size: int = GPT2_VOCAB, *overrides: str) -> CausalLM:
+    cfg = compose(["modality=text", f"model={preset}", *overrides])
+    model = cfg.model
+    encoder = build_encoder_in_context(
+        cfg.encoder.name, dim=model.dim, num_heads=model.num_heads, options={}, context={"depth": model.depth}
+    )
+    return CausalLM(encoder, vocab_size=vocab_size, **pick_options(CausalLM, cfg.model, CausalLM.SUPPLIED))
+
+
+@pytest.mark.parametrize(
+    ("preset", "parameters"),
+    # Hugging Face's gpt2 / gpt2-medium (124,439,808 / 354,823,168) without their learned position tables
+    # (1,024 x 768 / 1,024 x 1,024): RoPE has no parameters.
+    [("gpt2-small", 124_439_808 - 1024 * 768), ("gpt2-medium", 354_823_168 - 1024 * 1024)],
+)
+def test_the_gpt2_presets_have_gpt2s_parameter_count_on_its_vocabulary(preset, parameters):
+    with torch.device("meta"):
+        model = text_model(preset)
+    assert sum(p.numel() for p in model.parameters()) == parameters
+
+
+def test_gpt2s_initialisation_scales_the_residual_projections_and_ties_the_head():
+    """Radford et al. (2019), sec. 2.3: residual layers' weights scaled by 1/sqrt(N), N = 2 x 6 layers."""
+    torch.manual_seed(0)
+    model = text_model("gpt2-mini", 4096)
+    assert model.head.weight is model.embed.weight
+    residual = torch.cat([p.weight.flatten() for b in model.backbone.blocks for p in b.residual_outputs()])
+    other = torch.cat([b.attn.qkv.weight.flatten() for b in model.backbone.blocks])
+    assert residual.std().item() == pytest.approx(0.02 / math.sqrt(12), rel=0.02)
+    assert other.std().item() == pytest.approx(0.02, rel=0.02)
+    assert model.embed.weight.std().item() == pytest.approx(0.02, rel=0.02)
+    plain = text_model("default", 4096)
+    assert plain.head.weight is not plain.embed.weight
+    assert plain.backbone.blocks[0].attn.proj.weight.std().item() == pytest.approx(0.02, rel=0.05)
+
+
+def test_a_preset_sets_what_it_names_and_keeps_the_modalitys_other_keys():
+    default, mini = compose(["modality=text"]), compose(["modality=text", "model=gpt2-mini", "model.dropout=0.1"])
+    assert compose(["modality=text", "model=default"]) == default
+    assert (mini.model.dim, mini.model.depth, mini.model.num_heads, mini.model.dropout) == (256, 6, 8, 0.1)
+    assert mini.model.compile == default.model.compile and mini.optim == default.optim
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["model=gpt3"], "unknown model 'gpt3'; valid: default, gpt2-medium, gpt2-mini, gpt2-small"),
+        (["modality=vision", "model=gpt2-small"], "model=gpt2-small does not fit modality=vision: unknown config key"),
+    ],
+)
+def test_a_preset_that_is_not_there_or_does_not_fit_is_one_line(overrides, message):
+    with pytest.raises(ConfigError, match=f"^{message}"):
+        compose(["modality=text", *overrides])
+
+
+def test_a_preset_too_big_for_the_machine_is_refused_before_anything_is_allocated(tiny_text, monkeypatch):
+    """gpt2-medium's 302M parameters on the character vocabulary need 4.5 GiB of training state; 1 GiB is
+    available: one line, counted on the meta device, and no run directory."""
+    monkeypatch.setattr("poslab.run.memory.available_bytes", lambda accelerator: 2**30)
+    allocated = []
+    monkeypatch.setattr(CausalLM, "cuda", lambda *a: allocated.append(a))
+    cfg = compose([*(o for o in tiny_text if not o.startswith("model.")), "model=gpt2-medium"])
+    with pytest.raises(ConfigError, match=r"^the model does not fit in this machine's memory: 302,\d{3},\d{3} param"):
+        train(cfg)
+    assert not Path(cfg.run.root).exists()
+
+
+def test_activation_checkpointing_recomputes_each_block_and_keeps_the_gradients():
+    """With dropout: the recomputed pass draws the masks of the first (RNG state replayed)."""
+    torch.manual_seed(0)
+    model = text_model("gpt2-mini", 64, "model.depth=2", "model.dim=32", "model.num_heads=2", "model.dropout=0.2")
+    tokens, pos = torch.randint(0, 64, (2, 12)), Positions.consecutive(12)
+    calls = []
+    for block in model.backbone.blocks:
+        block.register_forward_pre_hook(lambda *_: calls.append(1))
+    grads = []
+    for checkpointing in (False, True):
+        model.zero_grad()
+        model.backbone.activation_checkpointing = checkpointing
+        torch.manual_seed(1)
+        calls.clear()
+        model(tokens, pos).logsumexp(-1).sum().backward()
+        grads.append([p.grad.clone() for p in model.parameters()])
+        assert len(calls) == 2 * (1 + checkpointing)  # each block once more, in the backward pass
+    for plain, recomputed in zip(*grads, strict=True):
+        torch.testing.assert_close(recomputed, plain, rtol=0, atol=1e-6)
+
+
+class Wrapped(nn.Module):
+    """A stand-in for FSDP's wrapper class (``enable_wrap`` takes any)."""
+
+    def __init__(self, module: nn.Module, **kwargs) -> None:
+        super().__init__()
+        self.module = module
+
+
+def test_under_fsdp_each_block_is_its_own_unit_and_elsewhere_nothing_changes(tiny_text):
+    cfg = compose([*tiny_text, "model.depth=2"])
+    task = PositionTask(cfg)
+    task.model = text_model("default", 64, "model.depth=2", "model.dim=32", "model.num_heads=2")
+    task.configure_model()  # no FSDP: the blocks stay as they are
+    assert all(isinstance(b, TransformerBlock) for b in task.backbone.blocks)
+    with enable_wrap(wrapper_cls=Wrapped):
+        task.configure_model()
+        task.configure_model()  # a test after the fit configures the model again: wrapped once
+    assert all(isinstance(b, Wrapped) and isinstance(b.module, TransformerBlock) for b in task.backbone.blocks)
+
+
+def test_the_fsdp_preset_shards_on_gpus_and_lightning_refuses_it_on_the_cpu(tiny_text, capsys):
+    """Lightning's FSDP strategy takes CUDA devices only (its accelerator connector raises for the CPU), so
+    no CPU process runs it: the preset composes to Lightning's strategy, and on the CPU it is one line."""
+    from poslab.cli import main
+
+    cfg = compose(["modality=text", "trainer=fsdp"])
+    assert (cfg.trainer.strategy, cfg.trainer.accelerator, cfg.trainer.precision) == ("fsdp", "gpu", "bf16-mixed")
+    cpu = ["trainer=fsdp", "trainer.accelerator=cpu", "trainer.devices=2", "trainer.precision=32-true"]
+    assert main(["train", *tiny_text, *cpu]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "strategy `fsdp` requires a GPU accelerator" in err
