@@ -31,7 +31,8 @@ def test_the_schema_is_the_signature_minus_what_the_code_supplies():
 
 @pytest.mark.parametrize("modality", available_modalities())
 def test_every_models_config_keys_are_its_constructors_options(modality):
-    """model.* = the model's keyword options (+ compile, activation_checkpointing): one place per option, no copy to keep in step."""
+    """model.* = the model's keyword options (+ compile, activation_checkpointing): one place per option, no copy
+    to keep in step."""
     schema = get_modality(modality).model
     model, supplied = schema.options_of, schema.supplied
     assert "encoder" in supplied and "dim" in keyword_options(model, supplied)

@@ -36,7 +36,8 @@ def test_the_longest_match_wins_and_nodes_cover_their_keys():
 
 def test_the_error_lines_are_written_from_the_table():
     assert policy.changeable_on_resume() == (
-        "model.compile, model.activation_checkpointing, trainer.max_steps, trainer.max_epochs, trainer.max_time, trainer.enable_progress_bar, "
+        "model.compile, model.activation_checkpointing, "
+        "trainer.max_steps, trainer.max_epochs, trainer.max_time, trainer.enable_progress_bar, "
         "data.root and run.*"
     )
     stored = to_dict(compose([]))
