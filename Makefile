@@ -23,7 +23,7 @@ PYTEST    = $(BIN)/python -m pytest
 RUN_PYTEST = rc=0; $(PYTEST) $(1) || rc=$$?; if [ $$rc -eq 5 ]; then echo "pytest collected no tests" >&2; exit 1; fi; exit $$rc
 
 .DEFAULT_GOAL := help
-.PHONY: help install test test-slow test-all lint docs docs-check train eval compare report dashboard bench gpu-check gpu-wheels sweep new-encoder new-dataset new-modality clean
+.PHONY: help install test test-slow test-all lint docs docs-check train prepare eval compare report dashboard bench gpu-check gpu-wheels sweep new-encoder new-dataset new-modality clean
 
 help: ## list targets, modalities and encoders
 	@echo "poslab — position encoders compared on text, image patches and time series"
@@ -69,6 +69,9 @@ lint: ## ruff: style and common bugs
 
 train: ## train one model: MODALITY=vision ENCODER=rope2d ARGS="seed=1 trainer.max_epochs=5"
 	$(BIN)/poslab train modality=$(MODALITY) $(if $(ENCODER),encoder=$(ENCODER)) $(ARGS)
+
+prepare: ## tokenize a text corpus into streamed shards once: MODALITY=text ARGS="data.tokenizer=bpe"
+	$(BIN)/poslab prepare modality=$(or $(MODALITY),text) $(ARGS)
 
 eval: ## re-evaluate a checkpoint: CKPT=runs/vision/<run>/checkpoints/best.ckpt ARGS="data.image_size=56"
 	@if [ -z "$(CKPT)" ]; then echo "make eval needs CKPT=<path to a .ckpt>" >&2; exit 2; fi

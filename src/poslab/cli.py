@@ -50,7 +50,7 @@ def lightning_cli_form(arg: str) -> str:
 
 
 #: The commands that take ``key=value`` overrides.
-OVERRIDING = ("train", "eval", "compare", "sweep")
+OVERRIDING = ("train", "eval", "compare", "sweep", "prepare")
 #: Hydra keys and what poslab calls them (docs/configuration.md, "Coming from Hydra or LightningCLI").
 HYDRA_KEYS = {
     "hydra.run.dir": "run.root and run.name (a run lands in <run.root>/<modality>/<run.name>)",
@@ -84,7 +84,7 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     sub = parser.add_subparsers(
-        dest="command", metavar="{train,eval,compare,report,dashboard,list,bench,show,new,sweep}"
+        dest="command", metavar="{train,eval,compare,prepare,report,dashboard,list,bench,show,new,sweep}"
     )
     train = sub.add_parser("train", help="train one model (key=value overrides)")
     train.add_argument("overrides", nargs="*", metavar="key=value")
@@ -97,6 +97,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     evaluate = sub.add_parser("eval", help="re-evaluate a checkpoint: ckpt=PATH [key=value ...]")
     evaluate.add_argument("overrides", nargs="*", metavar="key=value")
+    preparing = sub.add_parser("prepare", help="tokenize a corpus into streamed shards once: [key=value ...] as train")
+    preparing.add_argument("overrides", nargs="*", metavar="key=value")
     comparing = sub.add_parser(
         "compare", help="every encoder x seeds, then a report: modality=M [encoders=[a,b]] [seeds=3] [key=value ...]"
     )
@@ -161,7 +163,8 @@ def _dispatch(argv: list[str]) -> int:
     if args.command is None:
         parser.print_help()
         return 0
-    commands = {"train": _train, "eval": _eval, "compare": _compare, "report": _report_cmd, "list": _list}
+    commands = {"train": _train, "eval": _eval, "compare": _compare, "prepare": _prepare, "report": _report_cmd,
+                "list": _list}  # fmt: skip
     return commands[args.command](args)
 
 
@@ -184,6 +187,14 @@ def _train(args: argparse.Namespace) -> int:
     from poslab.run.train import train  # deferred: Lightning, ~7.5 s
 
     _report(train(cfg))
+    return 0
+
+
+def _prepare(args: argparse.Namespace) -> int:
+    from poslab.config.composition import compose  # deferred: torch (composing reads the encoders), ~2.6 s
+    from poslab.run.prepare import prepare  # deferred: Lightning (the data modules), ~7.5 s
+
+    prepare(compose(args.overrides))
     return 0
 
 
@@ -279,7 +290,7 @@ def _report(summary: dict) -> None:
 
 
 #: The commands that train or time models: they flush denormals (help, list, new and sweep import no torch).
-COMPUTING = ("train", "eval", "compare", "bench", "show")
+COMPUTING = ("train", "eval", "compare", "bench", "show", "prepare")
 
 
 def launches_workers(argv: Sequence[str]) -> bool:

@@ -20,7 +20,6 @@ import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
-from poslab.data.resumable import ResumableLoader
 from poslab.errors import NonFiniteLoss
 from poslab.evaluation.probes import RunReport
 from poslab.evaluation.similarity import position_similarity
@@ -145,7 +144,7 @@ class TrainingPosition(ResumedByFit, L.Callback):
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         loader = trainer.train_dataloader
-        if isinstance(loader, ResumableLoader):
+        if callable(getattr(loader, "consumed", None)):  # a ResumableLoader, a streamed one (poslab.data.shards)
             loader.consumed(batch_idx + 1, epoch_over=batch_idx + 1 >= trainer.num_training_batches)
 
     def state_dict(self) -> dict:

@@ -35,6 +35,7 @@ from poslab.track.summary import RunSummary
 
 warnings.filterwarnings("ignore", ".*does not have many workers.*")  # in-memory data: workers only cost
 warnings.filterwarnings("ignore", ".*LeafSpec.*deprecated.*")
+warnings.filterwarnings("ignore", ".*IterableDataset. has .__len__. defined.*")  # litdata's windows, per rank
 
 
 class _WithoutHostedLoggerTip(logging.Filter):

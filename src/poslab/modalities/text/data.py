@@ -17,8 +17,10 @@ stream is left alone.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +29,7 @@ from torch.utils.data import DataLoader, Dataset, IterableDataset
 
 from poslab.data.base import PositionDataModule
 from poslab.data.resumable import ResumableLoader
+from poslab.data.shards import check_shards, prepare_shards, read_manifest, streamed_loader
 from poslab.errors import ConfigError, DataError
 from poslab.modalities.text.sources import SOURCES
 from poslab.modalities.text.tokenizers import CharTokenizer, Tokenizer, build_tokenizer
@@ -52,6 +55,17 @@ def random_positions(batch: int, length: int, limit: int, generator: torch.Gener
         raise ConfigError(f"data.random_positions={limit} must be at least the sequence length {length}")
     keys = torch.rand(batch, limit, generator=generator)
     return keys.topk(length, dim=-1).indices.sort(dim=-1).values
+
+
+def split_documents(text: str, size: int) -> list[str]:
+    """``text`` in pieces of about ``size`` characters, each ending at a line end (the last at the text's)."""
+    pieces, start = [], 0
+    while start < len(text):
+        end = text.find("\n", start + size)
+        end = len(text) if end < 0 else end + 1
+        pieces.append(text[start:end])
+        start = end
+    return pieces
 
 
 class RandomWindows(IterableDataset):
@@ -134,6 +148,9 @@ class TextDataModule(PositionDataModule):
         texts = SOURCES[self.cfg.name](root, False, self.cfg.path)
         splits = {name: getattr(texts, name) for name in ("train", "val", "test")}
         self.vocab = build_tokenizer(self.cfg.tokenizer, root, list(splits.values()), self.cfg.vocab_size)
+        if self.cfg.stream:  # training reads the shards; only the held-out splits are kept as tokens
+            self.shards = self.prepare_shards(splits["train"])
+            splits["train"] = ""
         self.splits = {name: self.vocab.encode(text) for name, text in splits.items()}
         for split in ("val", "test"):
             if len(self.held_out(split)) < 2:
@@ -142,6 +159,43 @@ class TextDataModule(PositionDataModule):
                     f"{len(self.splits[split])}-character {split} split hold less than one window of "
                     f"{self.eval_unit} characters (data.context x the lcm of eval.multiples)"
                 )
+
+    # -- token shards ----------------------------------------------------------------------
+    #: The training split is cut into documents of about this many characters, at line ends, for the
+    #: preparation's workers (a document is tokenized on its own).
+    DOCUMENT_CHARS = 1 << 20
+    #: Show the preparation's progress bar (``poslab prepare`` sets it; a run prints one line).
+    progress = False
+
+    def shard_manifest(self, train: str) -> dict[str, Any]:
+        """What the shards of this data hold: checked against their manifest before a run reads them."""
+        digest = hashlib.sha256(train.encode()).hexdigest()[:16]
+        source = {"name": self.cfg.name, "path": self.cfg.path, "train_sha256": digest}
+        return {"tokenizer": self.vocab.spec, "tokenizer_fingerprint": self.vocab.fingerprint(),
+                "vocab_size": len(self.vocab), "source": source}  # fmt: skip
+
+    def shards_folder(self, manifest: dict[str, Any]) -> str:
+        """``data.shards``, else ``<data.root>/shards/<source>-<digest of what they hold>``."""
+        if self.cfg.shards:
+            return str(self.cfg.shards)
+        key = hashlib.sha256(json.dumps(manifest, sort_keys=True).encode()).hexdigest()[:12]
+        return str(Path(self.cfg.root) / "shards" / f"{self.cfg.name}-{key}")
+
+    def prepare_shards(self, train: str, echo: Callable[[str], None] = print) -> str:
+        """The training split's token shards, prepared unless they are there (checked against what they hold)."""
+        expected = self.shard_manifest(train)
+        folder = self.shards_folder(expected)
+        if read_manifest(Path(folder)) is None and "://" not in folder:
+            documents = split_documents(train, self.DOCUMENT_CHARS)
+            workers = max(1, self.cfg.workers)
+            prepare_shards(
+                documents, self.vocab.ids, Path(folder), expected, workers, echo=echo, progress=self.progress
+            )
+        elif "://" not in folder:
+            echo(f"poslab prepare: the token shards in {folder} are prepared")
+        if "://" not in folder:
+            check_shards(Path(folder), expected)
+        return folder
 
     def held_out(self, split: str) -> torch.Tensor:
         """The characters scored on a held-out split (plus the first one, never a target).
@@ -159,6 +213,9 @@ class TextDataModule(PositionDataModule):
         return self.seed + (self.trainer.global_rank if self.trainer is not None else 0)
 
     def train_dataloader(self) -> DataLoader:
+        if self.cfg.stream:  # each rank and worker its own shards (litdata), shuffled by the run's seed
+            loader = streamed_loader(self.shards, self.context + 1, self.cfg.batch_size, self.seed, self.cfg.workers)
+            return self.resumable(loader)
         windows = RandomWindows(self.splits["train"], self.context, self.cfg.batch_size, self.stream_seed())
         return self.resumable(ResumableLoader(windows, batch_size=None))
 
@@ -197,6 +254,7 @@ class TextDataModule(PositionDataModule):
         return self.as_batch(batch, training)
 
     def as_batch(self, windows: torch.Tensor, training: bool = False) -> dict[str, Any]:
+        windows = windows.long()  # streamed shards hold uint16 / int32 ids
         inputs, targets = windows[:, :-1], windows[:, 1:]
         return {"tokens": inputs, "targets": targets, "pos": self.positions(inputs.shape, inputs.device, training)}
 

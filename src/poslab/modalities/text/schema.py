@@ -65,6 +65,10 @@ class TextDataConfig:
     # Corpora: how text becomes tokens: char, bpe, tiktoken:<encoding> or hf:<folder or repo> (tokenizers.py)
     tokenizer: str = "char"
     vocab_size: Annotated[int, Range(256)] = 4096  # bpe: the vocabulary it is trained to (256 bytes + merges)
+    # Train from token shards streamed from disk (litdata; `poslab prepare` writes them, or the first run does)
+    stream: bool = False
+    shards: Optional[str] = None  # the shards' folder or bucket URL; None: <root>/shards/<name>-<tokenizer digest>
+    workers: Annotated[int, Range(0)] = 0  # processes that read the streamed shards (and prepare them: at least 1)
     context: Annotated[int, Range(2)] = 64  # training context length L
     batch_size: Annotated[int, AT_LEAST_1] = 32
     eval_batch_size: Annotated[int, AT_LEAST_1] = 64
@@ -100,6 +104,8 @@ def check_text(cfg) -> str | None:
     wanted = "sequence" if cfg.data.name in SEQUENCE_TASKS else "lm"
     if cfg.task.name != wanted:
         return f"data={cfg.data.name} needs task.name={wanted} (got task.name={cfg.task.name})"
+    if cfg.data.name in SEQUENCE_TASKS and cfg.data.stream:
+        return f"data={cfg.data.name} is generated; data.stream applies to corpora"
     if cfg.data.name in SEQUENCE_TASKS and cfg.data.tokenizer != "char":
         return (
             f"data={cfg.data.name} makes its own tokens; data.tokenizer applies to corpora (got {cfg.data.tokenizer})"

@@ -52,6 +52,13 @@ class Tokenizer:
     def __len__(self) -> int:
         raise NotImplementedError
 
+    def fingerprint(self) -> str:
+        """What the ids mean, as a digest: two tokenizers with one fingerprint give every text the same ids."""
+        return hashlib.sha256(self.describe().encode()).hexdigest()[:16]
+
+    def describe(self) -> str:
+        raise NotImplementedError
+
 
 class CharTokenizer(Tokenizer):
     """Characters <-> ids, in code-point order."""
@@ -75,6 +82,9 @@ class CharTokenizer(Tokenizer):
     def decode(self, ids: Sequence[int] | torch.Tensor) -> str:
         return "".join(self.chars[int(i)] for i in ids)
 
+    def describe(self) -> str:
+        return f"char\0{self.chars}"
+
     def __len__(self) -> int:
         return len(self.chars)
 
@@ -91,6 +101,9 @@ class HFTokenizer(Tokenizer):
     def decode(self, ids: Sequence[int] | torch.Tensor) -> str:
         return self.tokenizer.decode([int(i) for i in ids])
 
+    def describe(self) -> str:
+        return self.tokenizer.to_str()
+
     def __len__(self) -> int:
         return self.tokenizer.get_vocab_size()
 
@@ -106,6 +119,9 @@ class TiktokenTokenizer(Tokenizer):
 
     def decode(self, ids: Sequence[int] | torch.Tensor) -> str:
         return self.encoding.decode([int(i) for i in ids])
+
+    def describe(self) -> str:
+        return f"tiktoken\0{self.encoding.name}\0{self.encoding.n_vocab}"
 
     def __len__(self) -> int:
         return self.encoding.n_vocab
