@@ -159,3 +159,21 @@ def test_each_preparation_worker_tokenizes_its_documents(tmp_path):
     written = prepare_shards(docs, lambda t: [ord(c) for c in t], tmp_path / "s", {"vocab_size": 300}, workers=2)
     assert written["tokens"] == sum(map(len, docs)) and written["documents"] == 6
     assert shards.read_manifest(tmp_path / "s")["tokens"] == written["tokens"]
+
+
+def byte_ids(text: str) -> list[int]:
+    return list(text.encode())
+
+
+@pytest.mark.timeout(120)
+def test_a_preparation_after_training_work_finishes_and_leaves_the_start_method_as_it_was(tmp_path):
+    """Forked workers after the parent's OpenMP pool is up (a training step has run): they must not hang."""
+    import multiprocessing
+
+    import litdata  # noqa: F401  (reading its loader's default fixes the platform's start method)
+
+    torch.mm(torch.randn(1024, 1024), torch.randn(1024, 1024))
+    before = multiprocessing.get_start_method(allow_none=True)
+    docs = ["to be or not to be\n" * 20_000] * 4
+    written = prepare_shards(docs, byte_ids, tmp_path / "s", {"vocab_size": 256}, workers=2, echo=print)
+    assert written["tokens"] == sum(map(len, docs)) and multiprocessing.get_start_method(allow_none=True) == before

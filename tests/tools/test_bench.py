@@ -272,3 +272,18 @@ def test_the_default_run_times_each_encoder_where_it_is_held_to_a_target(monkeyp
     assert beyond == from_offsets
     printed = capsys.readouterr().out
     assert "fire at L = 4096" in printed and "--encoders " in printed
+
+
+@pytest.mark.slow
+def test_the_streaming_benchmark_measures_every_figure_at_toy_size(tmp_path, capsys):
+    from poslab.tools import stream_bench
+
+    out = tmp_path / "stream.json"
+    argv = ["--megabytes", "0.3", "--vocab", "300", "--context", "16", "--batch", "4", "--depth", "1", "--width",
+            "32", "--heads", "2", "--shard-mb", "0.05", "--small", "1", "--large", "3", "--out", str(out)]  # fmt: skip
+    assert stream_bench.main(argv) == 0
+    record = json.loads(out.read_text())
+    assert record["prepare"]["tokens_per_s"] > 0 and record["model_tokens_per_s"] > 0
+    assert record["memory"]["large"]["windows"] > 2 * record["memory"]["small"]["windows"]
+    assert 0 < record["memory"]["large"]["peak_mib"] < 4 * record["memory"]["small"]["peak_mib"]
+    assert "| memory | 3x the corpus |" in capsys.readouterr().out

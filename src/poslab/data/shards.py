@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
+import multiprocessing
 import os
 import random
 import shutil
@@ -49,15 +50,17 @@ def token_dtype(vocab_size: int) -> torch.dtype:
 
 
 class Tokenize:
-    """litdata's ``fn``: a document's tokens as one flat array (a picklable callable: workers receive it)."""
+    """litdata's ``fn``: a document's tokens as one flat NumPy array. NumPy, not torch: the workers are forked,
+    and a forked child that enters torch's OpenMP pool after its parent used it can hang (measured here: a
+    preparation after a training step never finished)."""
 
     def __init__(self, encode: Callable[[str], list[int]], dtype: torch.dtype) -> None:
-        self.encode, self.dtype = encode, dtype
+        self.encode, self.dtype = encode, np.dtype(str(dtype).removeprefix("torch."))
 
     def __call__(self, document: str):
         ids = self.encode(document)
         if ids:
-            yield torch.tensor(ids, dtype=torch.int64).to(self.dtype)
+            yield np.asarray(ids, dtype=self.dtype)
 
 
 def prepare_shards(
@@ -114,12 +117,17 @@ def prepare_shards(
 
 @contextlib.contextmanager
 def rng_untouched() -> Iterator[None]:
-    """Python's, NumPy's and torch's global RNG as they were before (litdata's preparation draws from them)."""
+    """Python's, NumPy's and torch's global RNG as they were before (litdata's preparation draws from them),
+    and multiprocessing's start method (litdata sets it for the whole process)."""
     python, numpy_state = random.getstate(), np.random.get_state()
-    with torch.random.fork_rng(devices=[]):
-        yield
-    random.setstate(python)
-    np.random.set_state(numpy_state)
+    method = multiprocessing.get_start_method(allow_none=True)
+    try:
+        with torch.random.fork_rng(devices=[]):
+            yield
+    finally:
+        random.setstate(python)
+        np.random.set_state(numpy_state)
+        multiprocessing.set_start_method(method, force=True)
 
 
 def read_manifest(folder: Path) -> dict[str, Any] | None:
