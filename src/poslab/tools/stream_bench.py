@@ -27,6 +27,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
 from poslab.data.shards import prepare_shards, streamed_loader
 from poslab.modalities.registry import get_modality
 from poslab.tools.bench import sequence_modality
@@ -49,8 +51,6 @@ def corpus(text: Path | None, megabytes: float, seed: int = 0) -> str:
 
 def byte_bpe(sample: str, vocab: int):
     """A byte-level BPE of ``vocab`` tokens trained on ``sample`` (GPT-2's byte alphabet)."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers  # deferred: tokenizers, ~0.1 s
-
     tokenizer = Tokenizer(models.BPE())
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tokenizer.decoder = decoders.ByteLevel()
