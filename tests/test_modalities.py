@@ -155,7 +155,8 @@ def test_a_modality_registered_from_a_test_file_trains_without_editing_the_packa
 
 
 def test_every_data_source_of_every_modality_has_the_one_loader_signature():
-    """``(root, download, path=None)``: a dataset is added the same way in every modality."""
+    """``(root, download, path=None)``, then at most keyword-only options with defaults (a corpus of records
+    takes ``field=``, from ``data.field``): a dataset is added the same way in every modality."""
     import importlib
     import inspect
 
@@ -168,8 +169,10 @@ def test_every_data_source_of_every_modality_has_the_one_loader_signature():
         for name, source in sources.items():
             load = getattr(source, "load", source)
             params = list(inspect.signature(load).parameters.values())
-            assert [p.name for p in params] == ["root", "download", "path"], (modality, name)
+            assert [p.name for p in params[:3]] == ["root", "download", "path"], (modality, name)
             assert params[2].default is None, (modality, name)
+            options = params[3:]
+            assert all(p.kind is p.KEYWORD_ONLY and p.default is not p.empty for p in options), (modality, name)
             checked += 1
     assert checked >= 12
 

@@ -18,6 +18,7 @@ stream is left alone.
 from __future__ import annotations
 
 import hashlib
+import inspect
 import json
 import math
 from collections.abc import Callable, Iterator, Sequence
@@ -139,13 +140,13 @@ class TextDataModule(PositionDataModule):
 
     # -- Lightning hooks -----------------------------------------------------------------
     def prepare_data(self) -> None:
-        SOURCES[self.cfg.name](Path(self.cfg.root), self.cfg.download, self.cfg.path)
+        self.read_source(self.cfg.download)
 
     def setup(self, stage: str | None = None) -> None:
         if self.splits:
             return
         root = Path(self.cfg.root)
-        texts = SOURCES[self.cfg.name](root, False, self.cfg.path)
+        texts = self.read_source(False)
         splits = {name: getattr(texts, name) for name in ("train", "val", "test")}
         self.vocab = build_tokenizer(self.cfg.tokenizer, root, list(splits.values()), self.cfg.vocab_size)
         if self.cfg.stream:  # training reads the shards; only the held-out splits are kept as tokens
@@ -159,6 +160,12 @@ class TextDataModule(PositionDataModule):
                     f"{len(self.splits[split])}-character {split} split hold less than one window of "
                     f"{self.eval_unit} characters (data.context x the lcm of eval.multiples)"
                 )
+
+    def read_source(self, download: bool):
+        """The source's splits; a corpus of records also reads ``data.field`` (the loaders that take it)."""
+        loader = SOURCES[self.cfg.name]
+        field = {"field": self.cfg.field} if "field" in inspect.signature(loader).parameters else {}
+        return loader(Path(self.cfg.root), download, self.cfg.path, **field)
 
     # -- token shards ----------------------------------------------------------------------
     #: The training split is cut into documents of about this many characters, at line ends, for the

@@ -61,7 +61,8 @@ class TextDataConfig:
 
     name: Literal[(*TEXT_SOURCES, *SEQUENCE_TASKS)] = "shakespeare"  # type: ignore[valid-type]
     root: str = "data"  # download cache; data.root=../shared/data finds a pre-filled one
-    path: Optional[str] = None  # data=textfile: your UTF-8 file (90 / 5 / 5 % split)
+    path: Optional[str] = None  # data=textfile: your UTF-8 file (90 / 5 / 5 %); jsonl, parquet, txtdir: yours
+    field: str = "text"  # data=jsonl / parquet: the records' field that holds a document's text
     # Corpora: how text becomes tokens: char, bpe, tiktoken:<encoding> or hf:<folder or repo> (tokenizers.py)
     tokenizer: str = "char"
     vocab_size: Annotated[int, Range(256)] = 4096  # bpe: the vocabulary it is trained to (256 bytes + merges)
