@@ -177,3 +177,22 @@ def test_a_preparation_after_training_work_finishes_and_leaves_the_start_method_
     docs = ["to be or not to be\n" * 20_000] * 4
     written = prepare_shards(docs, byte_ids, tmp_path / "s", {"vocab_size": 256}, workers=2, echo=print)
     assert written["tokens"] == sum(map(len, docs)) and multiprocessing.get_start_method(allow_none=True) == before
+
+
+def test_each_ddp_rank_streams_its_own_windows(tmp_path):
+    """litdata splits the shards between ranks (it reads the process group when the loader is built, as in a DDP
+    run): the two ranks' windows of an epoch are disjoint and together nearly all of them (drop_last)."""
+    from litdata.utilities.env import _DistributedEnv
+
+    docs = [" ".join(f"w{i}" for i in range(j, j + 4000)) for j in range(0, 40_000, 4000)]
+    prepare_shards(docs, byte_ids, tmp_path / "s", {"vocab_size": 256}, chunk_bytes=8_000, echo=print)
+    everything = streamed_loader(tmp_path / "s", 9, 4, seed=0).dataset
+    seen = []
+    for rank in (0, 1):
+        loader = streamed_loader(tmp_path / "s", 9, 4, seed=0)
+        loader.dataset.distributed_env = _DistributedEnv(world_size=2, global_rank=rank, num_nodes=1)
+        batches = iter(loader)
+        count = len(loader.dataset) // 4
+        seen.append({tuple(w) for _ in range(count) for w in next(batches).tolist()})
+    assert not seen[0] & seen[1]
+    assert len(seen[0] | seen[1]) >= 0.9 * len(everything)
