@@ -3,6 +3,7 @@ and flip-flop's sparse test (accuracy at the training length with rarer writes).
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 from poslab.encoders.longrope_search import SearchBudget, SearchResult
@@ -119,6 +120,51 @@ class LengthGeneralization(Evaluation):
         self.add_table(trainer, "lengen/acc_by_depth", ["length", "depth", "acc"], rows)
         title = f"{task.encoder.name}: accuracy by depth of the answer"
         self.add_figure(trainer, "lengen/acc_by_depth", plots.depth_heatmap(lengths, grid, title))
+
+
+class LongDocumentPerplexity(Evaluation):
+    """Perplexity against the window's length on the held-out test text as one long document: one test pass
+    per length of ``eval.longdoc_lengths`` (sliding windows, :func:`poslab.modalities.text.data.sliding_windows`),
+    logged as ``longdoc/loss@<L>`` and ``longdoc/ppl@<L>`` (``exp`` of the mean loss of every scored token),
+    with a table, a curve and a figure of perplexity against length."""
+
+    def __init__(self, eval_cfg: dict) -> None:
+        super().__init__()
+        self.lengths = [int(n) for n in eval_cfg["longdoc_lengths"]]
+        self.stride = eval_cfg.get("longdoc_stride")
+        self.tokens = int(eval_cfg["longdoc_tokens"])
+
+    def probes(self, trainer, task):
+        datamodule = trainer.datamodule
+        for length in self.lengths:
+            stride = int(self.stride or max(1, length // 2))
+
+            def as_batch(item):
+                return {**datamodule.as_batch(item[0]), "scored_from": item[1]}
+
+            yield Probe(f"longdoc/{{}}@{length}", datamodule.longdoc_loader(length, stride, self.tokens),
+                        task.longdoc_measure, as_batch, tag=length)  # fmt: skip
+
+    def summarize(self, trainer, task, results) -> None:
+        rows, curve = [], {}
+        for probe, result in results:
+            loss = result.value(f"longdoc/loss@{probe.tag}")
+            ppl = None if loss is None else math.exp(loss)
+            if ppl is not None:
+                self.report["metrics"][f"longdoc/ppl@{probe.tag}"] = ppl
+                curve[probe.tag] = {"longdoc/curve/ppl": ppl, "longdoc/curve/loss": loss}
+            rows.append([probe.tag, loss, ppl, result.note])
+        if not rows:
+            return
+        self.add_table(trainer, "longdoc/ppl", ["length", "loss", "ppl", "note"], rows)
+        self.add_curve(trainer, "longdoc/curve/length", curve)
+        lengths = [r[0] for r in rows]
+        series = {task.encoder.name: [r[2] for r in rows]}
+        if trainer.is_global_zero:
+            log_line_chart(trainer.logger, "longdoc/ppl_curve", lengths, series, "perplexity vs window length")
+        title = f"{task.encoder.name}: long-document perplexity vs window (trained at {trainer.datamodule.context})"
+        self.add_figure(trainer, "longdoc/ppl", plots.length_figure(lengths, series, "ppl", trainer.datamodule.context,
+                                                                    title))  # fmt: skip
 
 
 class SparseFlipFlop(Evaluation):

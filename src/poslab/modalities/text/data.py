@@ -69,6 +69,22 @@ def split_documents(text: str, size: int) -> list[str]:
     return pieces
 
 
+def sliding_windows(tokens: torch.Tensor, length: int, stride: int) -> list[tuple[torch.Tensor, int]]:
+    """``(window, first)`` pairs covering every target of ``tokens`` (inputs ``tokens[:-1]``) once: windows of
+    ``length + 1`` tokens starting every ``stride`` tokens, the last one ending at the text's end; each scores
+    its targets from ``first`` on (those the window before did not score), so every scored token after the
+    first window sees at least ``length - stride`` tokens of context. A text shorter than a window is one."""
+    targets = len(tokens) - 1
+    if targets <= length:
+        return [(tokens, 0)]
+    starts = list(range(0, targets - length, stride)) + [targets - length]
+    windows, scored = [], 0
+    for start in starts:
+        windows.append((tokens[start : start + length + 1], scored - start))
+        scored = start + length
+    return windows
+
+
 class RandomWindows(IterableDataset):
     """Endless batches of random ``length + 1`` windows (inputs + shifted targets)."""
 
@@ -238,6 +254,13 @@ class TextDataModule(PositionDataModule):
         length = self.context * multiple
         batch = max(1, self.cfg.eval_batch_size // multiple)
         return self.eval_loader(ContiguousWindows(self.held_out("test"), length), batch)
+
+    def longdoc_loader(self, length: int, stride: int, tokens: int) -> DataLoader:
+        """Sliding windows of ``length`` tokens over the first ``tokens`` targets of the test split (see
+        :func:`sliding_windows`), batched as the length study's ``length / context`` multiple is."""
+        windows = sliding_windows(self.splits["test"][: tokens + 1], length, stride)
+        batch = max(1, self.cfg.eval_batch_size * self.context // max(length, self.context))
+        return self.eval_loader(windows, batch)
 
     def search_loader(self, multiple: int, tokens: int) -> DataLoader:
         """Validation windows of ``multiple`` × the context, about ``tokens`` characters (at least one window):

@@ -53,6 +53,12 @@ class TextEvalConfig(EvalConfig):
     # data=flip_flop: writes this many times rarer than in training, at the training length (the sparse
     # test of Liu et al. 2023; 11 is their FFL(0.98)); logged as sparse/<metric>@<s>x.
     sparsity: Annotated[list[float], Range(1.0)] = field(default_factory=list)
+    # Perplexity against length on long held-out text (the test split as one document; sliding windows as in
+    # Press et al. 2022 and yarn's eval/perplexity.py: a window of L tokens scores those the one before did not,
+    # after at least L - stride tokens of context); logged as longdoc/ppl@<L> and longdoc/loss@<L>.
+    longdoc_lengths: Annotated[list[int], Range(2)] = field(default_factory=list)  # e.g. [256, 1024, 4096]
+    longdoc_stride: Annotated[Optional[int], AT_LEAST_1] = None  # None: half the window
+    longdoc_tokens: Annotated[int, Range(2)] = 65536  # test tokens scored, the same ones at every length
 
 
 @dataclass
@@ -113,6 +119,8 @@ def check_text(cfg) -> str | None:
         )
     if cfg.data.name not in SEQUENCE_TASKS and (problem := check_spec(cfg.data.tokenizer)):
         return problem
+    if cfg.eval.longdoc_lengths and cfg.data.name in SEQUENCE_TASKS:
+        return f"eval.longdoc_lengths applies to corpora (got data={cfg.data.name}); set eval.longdoc_lengths=[]"
     if cfg.eval.sparsity and cfg.data.name != "flip_flop":
         return f"eval.sparsity applies to data=flip_flop only (got data={cfg.data.name}); set eval.sparsity=[]"
     return None

@@ -83,7 +83,18 @@ class LanguageModel(PositionTask):
         logits = self.lengen_logits(batch, generated, context)
         return {"loss": F.cross_entropy(logits.flatten(0, 1).float(), batch["targets"].flatten(), reduction="none")}
 
-    def evaluations(self, cfg) -> list:
-        from poslab.modalities.text.callbacks import LengthGeneralization  # deferred: Lightning and matplotlib, ~7 s
+    def longdoc_measure(self, batch) -> dict[str, torch.Tensor]:
+        """A long-document window's measure: the loss of each token it scores (from ``scored_from`` on)."""
+        logits = self(batch["tokens"], batch["pos"])
+        losses = F.cross_entropy(logits.transpose(1, 2).float(), batch["targets"], reduction="none")
+        scored = torch.arange(losses.shape[1], device=losses.device)[None] >= batch["scored_from"][:, None]
+        return {"loss": losses[scored]}
 
-        return [LengthGeneralization(cfg.eval)]
+    def evaluations(self, cfg) -> list:
+        from poslab.modalities.text.callbacks import (  # deferred: Lightning and matplotlib, ~7 s
+            LengthGeneralization,
+            LongDocumentPerplexity,
+        )
+
+        found = [LengthGeneralization(cfg.eval)]
+        return [*found, LongDocumentPerplexity(cfg.eval)] if cfg.eval.get("longdoc_lengths") else found
