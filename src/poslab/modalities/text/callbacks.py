@@ -7,8 +7,9 @@ import math
 from dataclasses import replace
 
 from poslab.encoders.longrope_search import SearchBudget, SearchResult
-from poslab.evaluation.probes import Evaluation, Probe
-from poslab.modalities.text import lengen
+from poslab.errors import DataError
+from poslab.evaluation.probes import Buckets, Evaluation, Probe
+from poslab.modalities.text import lengen, passkey
 from poslab.modalities.text.lengen import BASE, length_passes, usable_extensions
 from poslab.modalities.text.sequence_tasks import WRITE_SHARE
 from poslab.track import plots
@@ -165,6 +166,54 @@ class LongDocumentPerplexity(Evaluation):
         title = f"{task.encoder.name}: long-document perplexity vs window (trained at {trainer.datamodule.context})"
         self.add_figure(trainer, "longdoc/ppl", plots.length_figure(lengths, series, "ppl", trainer.datamodule.context,
                                                                     title))  # fmt: skip
+
+
+class PasskeyRetrieval(Evaluation):
+    """Passkey retrieval at each length of ``eval.passkey_lengths`` (:mod:`poslab.modalities.text.passkey`):
+    one test pass per length, logged as ``passkey/acc@<length>``, with the length x depth table
+    ``passkey/acc_by_depth`` and its heatmap."""
+
+    def __init__(self, eval_cfg: dict) -> None:
+        super().__init__()
+        self.lengths = [int(n) for n in eval_cfg["passkey_lengths"]]
+        self.depths, self.trials = int(eval_cfg["passkey_depths"]), int(eval_cfg["passkey_trials"])
+        self.unwritable: dict[int, str] = {}  # length -> why its prompts could not be written in the run's tokens
+
+    def probes(self, trainer, task):
+        datamodule = trainer.datamodule
+        for length in self.lengths:
+
+            def as_batch(item):
+                return {**datamodule.as_batch(item[0]), "answer": item[1], "depth": item[2]}
+
+            try:
+                loader = datamodule.passkey_loader(length, self.depths, self.trials)
+            except DataError as exc:  # a character vocabulary without digits, a length shorter than the prompt
+                self.unwritable[length] = str(exc)
+                continue
+
+            def measure(batch):
+                retrieved = task.passkey_retrieved(batch)
+                return {"acc": retrieved, "depth_acc": Buckets(retrieved, batch["depth"], self.depths)}
+
+            yield Probe(f"passkey/{{}}@{length}", loader, measure, as_batch, tag=length)
+
+    def summarize(self, trainer, task, results) -> None:
+        lengths = [probe.tag for probe, _ in results]
+        grid = [result.buckets.get(f"passkey/depth_acc@{probe.tag}") for probe, result in results]
+        positions = passkey.depths(self.depths)
+        rows = [
+            [n, positions[b], acc[b] if acc else None, result.note]
+            for n, acc, (_, result) in zip(lengths, grid, results, strict=True)
+            for b in range(self.depths)
+        ]
+        rows += [[n, None, None, why] for n, why in self.unwritable.items()]
+        if rows:
+            self.add_table(trainer, "passkey/acc_by_depth", ["length", "depth", "acc", "note"], rows)
+        if not any(grid):
+            return
+        title = f"{task.encoder.name}: passkey retrieval by depth (trained at {trainer.datamodule.context})"
+        self.add_figure(trainer, "passkey/acc_by_depth", plots.depth_heatmap(lengths, grid, title))
 
 
 class SparseFlipFlop(Evaluation):

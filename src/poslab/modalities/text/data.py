@@ -32,6 +32,7 @@ from poslab.data.base import PositionDataModule
 from poslab.data.resumable import ResumableLoader
 from poslab.data.shards import check_shards, prepare_shards, read_manifest, streamed_loader
 from poslab.errors import ConfigError, DataError
+from poslab.modalities.text.passkey import passkey_items
 from poslab.modalities.text.sources import SOURCES
 from poslab.modalities.text.tokenizers import CharTokenizer, Tokenizer, build_tokenizer
 from poslab.positions import Positions
@@ -261,6 +262,12 @@ class TextDataModule(PositionDataModule):
         windows = sliding_windows(self.splits["test"][: tokens + 1], length, stride)
         batch = max(1, self.cfg.eval_batch_size * self.context // max(length, self.context))
         return self.eval_loader(windows, batch)
+
+    def passkey_loader(self, length: int, depths: int, trials: int) -> DataLoader:
+        """Passkey prompts of ``length`` tokens (:mod:`poslab.modalities.text.passkey`), every depth x trial."""
+        items = passkey_items(self.vocab.ids, length, depths, trials, self.seed)
+        batch = max(1, self.cfg.eval_batch_size * self.context // max(length, self.context))
+        return self.eval_loader(items, batch)
 
     def search_loader(self, multiple: int, tokens: int) -> DataLoader:
         """Validation windows of ``multiple`` × the context, about ``tokens`` characters (at least one window):

@@ -59,6 +59,12 @@ class TextEvalConfig(EvalConfig):
     longdoc_lengths: Annotated[list[int], Range(2)] = field(default_factory=list)  # e.g. [256, 1024, 4096]
     longdoc_stride: Annotated[Optional[int], AT_LEAST_1] = None  # None: half the window
     longdoc_tokens: Annotated[int, Range(2)] = 65536  # test tokens scored, the same ones at every length
+    # Passkey retrieval (yarn's eval/passkey.py prompt): a 5-digit key hidden at passkey_depths evenly spaced
+    # depths of filler text of each length (tokens), passkey_trials keys per cell; right when greedy decoding
+    # would write the whole key. Logged as passkey/acc@<length>, with a length x depth table and heatmap.
+    passkey_lengths: Annotated[list[int], Range(16)] = field(default_factory=list)  # e.g. [256, 1024, 4096]
+    passkey_depths: Annotated[int, AT_LEAST_1] = 5
+    passkey_trials: Annotated[int, AT_LEAST_1] = 4
 
 
 @dataclass
@@ -119,8 +125,9 @@ def check_text(cfg) -> str | None:
         )
     if cfg.data.name not in SEQUENCE_TASKS and (problem := check_spec(cfg.data.tokenizer)):
         return problem
-    if cfg.eval.longdoc_lengths and cfg.data.name in SEQUENCE_TASKS:
-        return f"eval.longdoc_lengths applies to corpora (got data={cfg.data.name}); set eval.longdoc_lengths=[]"
+    for key in ("longdoc_lengths", "passkey_lengths"):
+        if cfg.eval[key] and cfg.data.name in SEQUENCE_TASKS:
+            return f"eval.{key} applies to corpora (got data={cfg.data.name}); set eval.{key}=[]"
     if cfg.eval.sparsity and cfg.data.name != "flip_flop":
         return f"eval.sparsity applies to data=flip_flop only (got data={cfg.data.name}); set eval.sparsity=[]"
     return None

@@ -90,11 +90,16 @@ class LanguageModel(PositionTask):
         scored = torch.arange(losses.shape[1], device=losses.device)[None] >= batch["scored_from"][:, None]
         return {"loss": losses[scored]}
 
-    def evaluations(self, cfg) -> list:
-        from poslab.modalities.text.callbacks import (  # deferred: Lightning and matplotlib, ~7 s
-            LengthGeneralization,
-            LongDocumentPerplexity,
-        )
+    def passkey_retrieved(self, batch) -> torch.Tensor:
+        """1 where greedy decoding would write a prompt's whole key (every key token the most likely), else 0."""
+        logits = self(batch["tokens"], batch["pos"])
+        right = logits.argmax(-1) == batch["targets"]
+        key = torch.arange(right.shape[1], device=right.device)[None] >= right.shape[1] - batch["answer"][:, None]
+        return (right | ~key).all(dim=1).float()
 
-        found = [LengthGeneralization(cfg.eval)]
-        return [*found, LongDocumentPerplexity(cfg.eval)] if cfg.eval.get("longdoc_lengths") else found
+    def evaluations(self, cfg) -> list:
+        from poslab.modalities.text import callbacks  # deferred: Lightning and matplotlib, ~7 s
+
+        found = [callbacks.LengthGeneralization(cfg.eval)]
+        found += [callbacks.LongDocumentPerplexity(cfg.eval)] if cfg.eval.get("longdoc_lengths") else []
+        return found + ([callbacks.PasskeyRetrieval(cfg.eval)] if cfg.eval.get("passkey_lengths") else [])
