@@ -85,3 +85,14 @@ def test_a_vision_runs_tokens_are_its_patches_and_class_token(tiny):
     metrics = train(compose(tiny))["metrics"]
     assert metrics["perf/tokens_per_s"] / metrics["perf/samples_per_s"] == pytest.approx(17)
     assert 0 < metrics["perf/mfu"] < 1
+
+
+def test_measuring_the_cpus_peak_leaves_the_global_rng_and_threads_as_they_were():
+    """It runs inside a training run (after its first step): a run that measures draws what one that reads
+    the cache does."""
+    torch.manual_seed(3)
+    threads = torch.get_num_threads()
+    expected = torch.rand(3)
+    torch.manual_seed(3)
+    throughput.measure_matmul_flops(1, size=64, repeats=1)
+    assert torch.equal(torch.rand(3), expected) and torch.get_num_threads() == threads

@@ -286,7 +286,11 @@ class StepTimer(ResumedByFit, Reporter):
             depth=len(pl_module.backbone.blocks),
             width=self._passes[0][-1],
         )
-        return {"shape": asdict(shape), "weights": weight_count(pl_module.model), "world": trainer.world_size}
+        # the device's peak now, within the warm-up steps the median leaves out (the CPU's is measured once), so
+        # that every checkpoint from here on holds it: a run resumed after its last step publishes it too
+        peak = peak_flops(pl_module.device)
+        return {"shape": asdict(shape), "weights": weight_count(pl_module.model), "world": trainer.world_size,
+                "peak": peak}  # fmt: skip
 
     def _read_first(self) -> None:
         start, end = self._events.popleft()
@@ -297,8 +301,6 @@ class StepTimer(ResumedByFit, Reporter):
             self._events[-1][1].synchronize()  # the last step's end: every earlier event has been reached
             while self._events:
                 self._read_first()
-        if self._cost and "peak" not in self._cost:  # measured after the timed steps (the CPU's matmul peak)
-            self._cost["peak"] = peak_flops(pl_module.device)
         self._publish()
 
     def _publish(self) -> None:

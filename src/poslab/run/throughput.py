@@ -115,11 +115,13 @@ def cpu_peak_flops(threads: int) -> float:
 
 
 def measure_matmul_flops(threads: int, size: int = CPU_MATMUL_SIZE, repeats: int = CPU_MATMUL_REPEATS) -> float:
-    """2·n³ FLOPs over the fastest of ``repeats`` ``n × n`` float32 matmuls (after one to warm up)."""
+    """2·n³ FLOPs over the fastest of ``repeats`` ``n × n`` float32 matmuls (after one to warm up). Its own
+    generator: measured during a run, it must not move the global RNG the run's draws come from."""
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
-        a, b = torch.randn(size, size), torch.randn(size, size)
+        generator = torch.Generator().manual_seed(0)
+        a, b = torch.randn(size, size, generator=generator), torch.randn(size, size, generator=generator)
         torch.mm(a, b)
         best = float("inf")
         for _ in range(repeats):
