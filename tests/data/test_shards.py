@@ -14,7 +14,7 @@ from poslab.config.composition import compose
 from poslab.data import shards
 from poslab.data.shards import MANIFEST, check_shards, prepare_shards, streamed_loader, token_dtype
 from poslab.errors import DataError
-from poslab.modalities.text.data import TextDataModule, split_documents
+from poslab.modalities.text.data import TextDataModule, line_pieces
 from poslab.run.train import train
 from tests.run.test_resume import interrupted_and_resumed
 
@@ -38,7 +38,7 @@ def test_the_narrowest_dtype_holds_the_vocabulary():
 
 def test_documents_end_at_line_ends_and_join_back_to_the_text():
     text = "ab\ncdef\ng\n" * 50 + "tail"
-    pieces = split_documents(text, 7)
+    pieces = line_pieces(text, 7)
     assert "".join(pieces) == text and all(p.endswith("\n") for p in pieces[:-1]) and len(pieces) > 10
 
 

@@ -59,7 +59,7 @@ def random_positions(batch: int, length: int, limit: int, generator: torch.Gener
     return keys.topk(length, dim=-1).indices.sort(dim=-1).values
 
 
-def split_documents(text: str, size: int) -> list[str]:
+def line_pieces(text: str, size: int) -> list[str]:
     """``text`` in pieces of about ``size`` characters, each ending at a line end (the last at the text's)."""
     pieces, start = [], 0
     while start < len(text):
@@ -210,7 +210,7 @@ class TextDataModule(PositionDataModule):
         expected = self.shard_manifest(train)
         folder = self.shards_folder(expected)
         if read_manifest(Path(folder)) is None and "://" not in folder:
-            documents = split_documents(train, self.DOCUMENT_CHARS)
+            documents = line_pieces(train, self.DOCUMENT_CHARS)
             workers = max(1, self.cfg.workers)
             prepare_shards(
                 documents, self.vocab.ids, Path(folder), expected, workers, echo=echo, progress=self.progress
