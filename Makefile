@@ -23,7 +23,7 @@ PYTEST    = $(BIN)/python -m pytest
 RUN_PYTEST = rc=0; $(PYTEST) $(1) || rc=$$?; if [ $$rc -eq 5 ]; then echo "pytest collected no tests" >&2; exit 1; fi; exit $$rc
 
 .DEFAULT_GOAL := help
-.PHONY: help install test test-slow test-all lint docs docs-check train prepare eval compare report dashboard bench bench-data gpu-check gpu-wheels sweep new-encoder new-dataset new-modality clean
+.PHONY: help install test test-slow test-all lint docs docs-check train prepare eval generate compare report dashboard bench bench-data gpu-check gpu-wheels sweep new-encoder new-dataset new-modality clean
 
 help: ## list targets, modalities and encoders
 	@echo "poslab — position encoders compared on text, image patches and time series"
@@ -76,6 +76,10 @@ prepare: ## tokenize a text corpus into streamed shards once: MODALITY=text ARGS
 eval: ## re-evaluate a checkpoint: CKPT=runs/vision/<run>/checkpoints/best.ckpt ARGS="data.image_size=56"
 	@if [ -z "$(CKPT)" ]; then echo "make eval needs CKPT=<path to a .ckpt>" >&2; exit 2; fi
 	$(BIN)/poslab eval ckpt=$(CKPT) $(ARGS)
+
+generate: ## continue a prompt with a text checkpoint: CKPT=runs/text/<run>/checkpoints/best.ckpt ARGS="prompt='ROMEO:' max_new_tokens=200"
+	@if [ -z "$(CKPT)" ]; then echo "make generate needs CKPT=<path to a text .ckpt>" >&2; exit 2; fi
+	$(BIN)/poslab generate ckpt=$(CKPT) $(ARGS)
 
 compare: ## every encoder x SEEDS (default: the experiment's, 3), then a report: MODALITY=text ENCODERS="alibi rope" SEEDS=3 ARGS="experiment=..."
 	$(BIN)/poslab compare modality=$(MODALITY) $(if $(ENCODERS),encoders=[$(subst $(space),$(comma),$(strip $(ENCODERS)))]) $(if $(SEEDS),seeds=$(SEEDS)) $(ARGS)

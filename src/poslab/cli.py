@@ -31,6 +31,7 @@ examples:
   poslab train --print-config encoder=learned2d  show the resolved config and exit
   poslab eval ckpt=runs/vision/<run>/checkpoints/best.ckpt data.image_size=56 data.coords=raw
   poslab train modality=text encoder=alibi       text: length generalisation at 1x..8x the context
+  poslab generate ckpt=runs/text/<run>/checkpoints/best.ckpt prompt='ROMEO:' max_new_tokens=200
   poslab compare modality=vision seeds=3         every vision encoder x 3 seeds, then a report
   poslab compare modality=vision workers=2       the same grid over 2 processes (one per GPU, if any)
   poslab compare modality=vision worker=0/8      one of 8 independent jobs on one grid (a SLURM array)
@@ -50,7 +51,7 @@ def lightning_cli_form(arg: str) -> str:
 
 
 #: The commands that take ``key=value`` overrides.
-OVERRIDING = ("train", "eval", "compare", "sweep", "prepare")
+OVERRIDING = ("train", "eval", "generate", "compare", "sweep", "prepare")
 #: Hydra keys and what poslab calls them (docs/configuration.md, "Coming from Hydra or LightningCLI").
 HYDRA_KEYS = {
     "hydra.run.dir": "run.root and run.name (a run lands in <run.root>/<modality>/<run.name>)",
@@ -84,7 +85,7 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     sub = parser.add_subparsers(
-        dest="command", metavar="{train,eval,compare,prepare,report,dashboard,list,bench,show,new,sweep}"
+        dest="command", metavar="{train,eval,generate,compare,prepare,report,dashboard,list,bench,show,new,sweep}"
     )
     train = sub.add_parser("train", help="train one model (key=value overrides)")
     train.add_argument("overrides", nargs="*", metavar="key=value")
@@ -97,6 +98,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     evaluate = sub.add_parser("eval", help="re-evaluate a checkpoint: ckpt=PATH [key=value ...]")
     evaluate.add_argument("overrides", nargs="*", metavar="key=value")
+    generating = sub.add_parser(
+        "generate",
+        help="continue a prompt with a language model's checkpoint: ckpt=PATH prompt=TEXT [max_new_tokens=200] "
+        "[temperature=0.8] [top_k=200] [samples=1] [seed=0]",
+    )
+    generating.add_argument("overrides", nargs="*", metavar="key=value")
     preparing = sub.add_parser("prepare", help="tokenize a corpus into streamed shards once: [key=value ...] as train")
     preparing.add_argument("overrides", nargs="*", metavar="key=value")
     comparing = sub.add_parser(
@@ -163,8 +170,8 @@ def _dispatch(argv: list[str]) -> int:
     if args.command is None:
         parser.print_help()
         return 0
-    commands = {"train": _train, "eval": _eval, "compare": _compare, "prepare": _prepare, "report": _report_cmd,
-                "list": _list}  # fmt: skip
+    commands = {"train": _train, "eval": _eval, "generate": _generate, "compare": _compare, "prepare": _prepare,
+                "report": _report_cmd, "list": _list}  # fmt: skip
     return commands[args.command](args)
 
 
@@ -205,6 +212,18 @@ def _eval(args: argparse.Namespace) -> int:
     from poslab.run.train import evaluate  # deferred: Lightning, ~7.5 s
 
     _report(evaluate(ckpts[0].split("=", 1)[1], [o for o in args.overrides if o not in ckpts]))
+    return 0
+
+
+def _generate(args: argparse.Namespace) -> int:
+    ckpts = [o for o in args.overrides if o.startswith("ckpt=")]
+    if len(ckpts) != 1:
+        raise PoslabError("poslab generate needs exactly one ckpt=PATH")
+    from poslab.run.generate import Sampling, generate  # deferred: torch and the tasks, ~7.5 s
+
+    sampling, overrides = Sampling.parse([o for o in args.overrides if o not in ckpts])
+    for index, text in enumerate(generate(ckpts[0].split("=", 1)[1], sampling, overrides)):
+        print(*(["---"] if index else []), sampling.prompt + text, sep="\n")  # samples apart by a line of ---
     return 0
 
 
@@ -290,7 +309,7 @@ def _report(summary: dict) -> None:
 
 
 #: The commands that train or time models: they flush denormals (help, list, new and sweep import no torch).
-COMPUTING = ("train", "eval", "compare", "bench", "show", "prepare")
+COMPUTING = ("train", "eval", "generate", "compare", "bench", "show", "prepare")
 
 
 def launches_workers(argv: Sequence[str]) -> bool:

@@ -184,6 +184,12 @@ class PositionEncoder(nn.Module):
         tokens and the one before: Sun et al. 2022, §3.3); default None: every key."""
         return None
 
+    def length_dependent(self) -> bool:
+        """Whether the transform of a position depends on the sequence's length (dynamic NTK scales with it);
+        default False. A decoding cache then computes the whole prefix at every step, as decoding without one
+        does (:mod:`poslab.nn.decoding`)."""
+        return False
+
     def train_progress(self, fraction: float) -> None:
         """Told before every training step the fraction of the run's optimiser steps done (0 … 1, from the
         trainer's step, so a resumed run tells the same); default: ignored. For encoders that change

@@ -48,6 +48,9 @@ class MemberEncoder(PositionEncoder):
     def uses(self, hook: str) -> bool:
         return hook in self.hooks()
 
+    def length_dependent(self) -> bool:
+        return any(m.length_dependent() for m in self.members.values())
+
     def extended_members(self, kind: str, factor: float) -> dict[str, PositionEncoder]:
         """The members extended by ``kind`` where they know it; the others shared unchanged."""
         return {n: m.extended(kind, factor) if kind in m.context_extensions else m for n, m in self.members.items()}

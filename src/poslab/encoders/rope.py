@@ -102,6 +102,9 @@ class RoPE(PositionEncoder):
     def attention_window(self) -> int | None:
         return self.window
 
+    def length_dependent(self) -> bool:
+        return self.scaling.type in self.length_driven_extensions
+
     def extended(self, kind: str, factor: float) -> RoPE:
         """A copy with a context extension, for evaluation past the training length."""
         clone = copy.deepcopy(self)

@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from poslab.encoders.base import EXPLICIT_HOOKS, PositionEncoder
+from poslab.nn.decoding import LayerCache
 from poslab.nn.kernels import cpu_flash, flex
 from poslab.nn.precision import full_precision
 from poslab.positions import Positions
@@ -197,10 +198,15 @@ class SelfAttention(nn.Module):
         num_prefix_tokens: int = 0,
         causal: bool = False,
         layer: int = 0,
+        cache: LayerCache | None = None,
     ) -> torch.Tensor:
-        """``x [B, L, D]``; ``bias`` from :meth:`Transformer.attention_bias`; ``layer``: this block's index."""
+        """``x [B, L, D]``; ``bias`` from :meth:`Transformer.attention_bias`; ``layer``: this block's index;
+        ``cache``: this layer's, when decoding incrementally (``x``: the tokens after the cached ones)."""
         batch, length, dim = x.shape
         q, k, v = self.qkv(x).view(batch, length, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
+        if cache is not None:
+            out = decoding_step(q, k, v, x, encoder, bias, causal, layer, cache)
+            return self.proj(out.transpose(1, 2).reshape(batch, length, dim))
         q = _rotate_tokens(encoder.rotate_query, q, pos, num_prefix_tokens)
         k = _rotate_tokens(encoder.rotate_key, k, pos, num_prefix_tokens)
         dropout = self.dropout if self.training else 0.0
@@ -209,6 +215,20 @@ class SelfAttention(nn.Module):
         else:
             out = attend(q, k, v, bias, causal, dropout)
         return self.proj(out.transpose(1, 2).reshape(batch, length, dim))
+
+
+def decoding_step(q, k, v, x, encoder: PositionEncoder, bias, causal: bool, layer: int, cache: LayerCache):
+    """Attention of ``n`` new queries over the cached keys and their own (:mod:`poslab.nn.decoding`)."""
+    explicit = any(encoder.uses(hook) for hook in EXPLICIT_HOOKS)
+    keys, values, inputs = cache.append(k, v, x if explicit else None)
+    total, new = keys.shape[-2], q.shape[-2]
+    everything = cache.positions
+    q = encoder.rotate_query(F.pad(q, (0, 0, total - new, 0)), everything)  # each query in its own row
+    k = encoder.rotate_key(keys, everything)
+    if explicit:
+        hooks = ExplicitHooks.of(encoder, inputs, layer)
+        return attend_with_content(q, k, values, bias, causal, 0.0, hooks)[..., total - new :, :]
+    return attend(q[..., total - new :, :], k, values, bias, causal and total == new, 0.0)
 
 
 class ExplicitHooks:

@@ -18,8 +18,9 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from poslab.encoders.base import PositionEncoder
+from poslab.encoders.base import EXPLICIT_HOOKS, PositionEncoder
 from poslab.nn.attention import AttentionBias, SelfAttention
+from poslab.nn.decoding import DecodingCache, joined, step_mask
 from poslab.positions import Positions, steps_start
 from poslab.positions.offsets import toeplitz_offsets
 
@@ -40,8 +41,9 @@ class TransformerBlock(nn.Module):
         """The two projections whose outputs are added to the residual stream (attention's and the MLP's)."""
         return self.attn.proj, self.mlp[3]
 
-    def forward(self, x, encoder, pos, bias=None, num_prefix_tokens=0, causal=False, layer=0):
-        x = x + self.attn_dropout(self.attn(self.norm1(x), encoder, pos, bias, num_prefix_tokens, causal, layer))
+    def forward(self, x, encoder, pos, bias=None, num_prefix_tokens=0, causal=False, layer=0, cache=None):
+        attended = self.attn(self.norm1(x), encoder, pos, bias, num_prefix_tokens, causal, layer, cache)
+        x = x + self.attn_dropout(attended)
         return x + self.mlp(self.norm2(x))
 
 
@@ -74,12 +76,19 @@ class Transformer(nn.Module):
         pos: Positions | torch.Tensor,
         num_prefix_tokens: int = 0,
         allowed: torch.Tensor | None = None,
+        cache: DecodingCache | None = None,
     ) -> torch.Tensor:
         """``x [B, L, D]`` with the first ``num_prefix_tokens`` tokens unpositioned.
 
         ``allowed``: optional boolean ``[L, L]`` mask of which token may attend
         to which (a structure of the task, e.g. forecast queries see the past).
+        ``cache``: decode incrementally (:mod:`poslab.nn.decoding`): ``x`` and ``pos`` are the tokens after
+        the cached ones.
         """
+        if cache is not None:
+            if num_prefix_tokens or allowed is not None:
+                raise ValueError("incremental decoding takes positioned tokens only, without a structure mask")
+            return self.decode(x, pos, cache)
         p = num_prefix_tokens
         x = (
             torch.cat((x[:, :p], self.encoder.encode_input(x[:, p:], pos)), dim=1)
@@ -100,6 +109,52 @@ class Transformer(nn.Module):
             else:
                 x = block(x, encoder, pos, found[0], p, self.causal, index)
         return self.norm(x)
+
+    def decode(self, x: torch.Tensor, pos: Positions, cache: DecodingCache) -> torch.Tensor:
+        """One step of incremental decoding: ``x [B, n, D]`` at ``pos`` after the ``T − n`` cached tokens.
+
+        The first step (nothing cached: a prompt) builds the bias as :meth:`forward` does; a later one the
+        bias of its ``n`` rows against every key, except for an encoder that writes its logits out, which
+        takes the whole prefix's (:mod:`poslab.nn.decoding`). With an encoder whose transform follows the
+        length, every step computes the whole prefix again from the inputs the cache keeps."""
+        new = x.shape[1]
+        if self.length_dependent():  # the transform of every position changes with the length: the whole prefix
+            if len(cache):
+                x, pos = torch.cat((cache.embedded, x), dim=1), joined(cache.positions, pos)
+                cache.clear()
+                return self.decode(x, pos, cache)[:, -new:]
+            cache.embedded = x
+        everything = cache.advance(pos)
+        total = len(cache)
+        x = self.encoder.encode_input(x, pos)
+        made: list[tuple[PositionEncoder, AttentionBias | None]] = []
+        for index, block in enumerate(self.blocks):
+            encoder = self.encoder.for_layer(index)
+            found = [bias for owner, bias in made if owner is encoder]
+            if not found:
+                found = [self.step_bias(encoder, everything, pos, total, new, x.dtype, x.device)]
+                made.append((encoder, found[0]))
+            x = block(x, encoder, pos, found[0], 0, self.causal, index, cache.layers[index])
+        return self.norm(x)
+
+    def length_dependent(self) -> bool:
+        """Whether any layer's encoder transforms a position by the sequence's length (dynamic NTK)."""
+        layers = (self.encoder.for_layer(index) for index in range(len(self.blocks)))
+        return self.encoder.length_dependent() or any(encoder.length_dependent() for encoder in layers)
+
+    def step_bias(self, encoder, everything, pos, total, new, dtype, device) -> AttentionBias | None:
+        """The bias of one decoding step's queries (all of them for a whole prefix) against every key."""
+        window, block = encoder.attention_window(), encoder.attention_blocks()
+        if total == new or any(encoder.uses(hook) for hook in EXPLICIT_HOOKS):
+            mask = windowed(None, window, total, 0, self.causal, device)
+            mask = blockwise(mask, block, total, 0, self.causal, device)
+            return self.attention_bias(everything, 0, dtype, device, mask, encoder)
+        allowed = step_mask(total, new, self.causal, window, block, device)
+        bias = encoder.attention_bias(pos, everything) if encoder.uses("attention_bias") else None
+        if bias is None:
+            return None if allowed is None else AttentionBias(allowed=allowed)
+        bias = bias.to(device=device, dtype=dtype)
+        return AttentionBias(dense=bias.unsqueeze(0) if bias.dim() == 3 else bias, allowed=allowed)
 
     def attention_bias(
         self, pos, num_prefix_tokens: int, dtype, device, allowed=None, encoder: PositionEncoder | None = None

@@ -178,6 +178,12 @@ class TextDataModule(PositionDataModule):
                     f"{self.eval_unit} characters (data.context x the lcm of eval.multiples)"
                 )
 
+    def tokenizer(self) -> Tokenizer:
+        """The data's tokenizer alone (generation): made, or read back, from the source's splits."""
+        texts = self.read_source(self.cfg.download)
+        splits = [texts.train, texts.val, texts.test]
+        return build_tokenizer(self.cfg.tokenizer, Path(self.cfg.root), splits, self.cfg.vocab_size)
+
     def read_source(self, download: bool):
         """The source's splits; a corpus of records also reads ``data.field`` (the loaders that take it)."""
         loader = SOURCES[self.cfg.name]

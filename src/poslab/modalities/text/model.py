@@ -11,6 +11,7 @@ from torch import nn
 from poslab.config.ranges import POSITIVE, Depth, Dropout, Heads, MlpRatio, Width
 from poslab.encoders.base import PositionEncoder
 from poslab.nn.backbone import Transformer
+from poslab.nn.decoding import DecodingCache
 from poslab.positions import Positions
 
 
@@ -65,5 +66,12 @@ class CausalLM(nn.Module):
         if tie_embeddings:
             self.head.weight = self.embed.weight
 
-    def forward(self, tokens: torch.Tensor, pos: Positions | torch.Tensor) -> torch.Tensor:
-        return self.head(self.backbone(self.dropout(self.embed(tokens)), pos))
+    def forward(
+        self, tokens: torch.Tensor, pos: Positions | torch.Tensor, cache: DecodingCache | None = None
+    ) -> torch.Tensor:
+        """Logits ``[B, L, V]``; with a ``cache`` (:meth:`new_cache`), of the tokens after the cached ones."""
+        return self.head(self.backbone(self.dropout(self.embed(tokens)), pos, cache=cache))
+
+    def new_cache(self) -> DecodingCache:
+        """An empty cache for decoding one batch incrementally."""
+        return DecodingCache(len(self.backbone.blocks))

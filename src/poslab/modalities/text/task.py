@@ -11,8 +11,11 @@ import torch.nn.functional as F
 from torchmetrics import MeanMetric
 
 from poslab.config.options import pick_options
+from poslab.errors import ConfigError, DataError
+from poslab.modalities.text.generation import sample
 from poslab.modalities.text.lengen import as_generated
 from poslab.modalities.text.model import CausalLM
+from poslab.modalities.text.tokenizers import CharTokenizer, Tokenizer
 from poslab.tasks.base import PositionTask
 
 
@@ -96,6 +99,25 @@ class LanguageModel(PositionTask):
         right = logits.argmax(-1) == batch["targets"]
         key = torch.arange(right.shape[1], device=right.device)[None] >= right.shape[1] - batch["answer"][:, None]
         return (right | ~key).all(dim=1).float()
+
+    def tokenizer(self, datamodule) -> Tokenizer:
+        """The run's tokenizer: a character vocabulary is saved with the checkpoint; any other is made again
+        from the data's config (a trained BPE read back from the data cache)."""
+        vocab = self.hparams.get("vocab")
+        tokenizer = CharTokenizer(vocab) if vocab else datamodule.tokenizer()
+        if len(tokenizer) != self.hparams["vocab_size"]:
+            raise DataError(f"the data's tokenizer ({tokenizer.spec}) has {len(tokenizer)} tokens, the checkpoint's "
+                            f"model {self.hparams['vocab_size']}: it was trained on other data")  # fmt: skip
+        return tokenizer
+
+    def generate(self, prompt: str, datamodule, *, samples: int = 1, generator=None, **sampling) -> list[str]:
+        """``samples`` continuations of ``prompt`` (:func:`poslab.modalities.text.generation.sample`'s options)."""
+        tokenizer = self.tokenizer(datamodule)
+        ids = tokenizer.encode(prompt).to(self.device)
+        if not len(ids):
+            raise ConfigError("prompt= is empty: give the text to continue, e.g. prompt='ROMEO:'")
+        out = sample(self.model.eval(), ids.expand(samples, -1), generator=generator, **sampling)
+        return [tokenizer.decode(row[len(ids) :]) for row in out]
 
     def evaluations(self, cfg) -> list:
         from poslab.modalities.text import callbacks  # deferred: Lightning and matplotlib, ~7 s
