@@ -94,7 +94,7 @@ def test_the_registries_import_only_leaves_and_each_other():
 #: Libraries slow enough to import that a module loads them only where it needs them (torch alone takes about a
 #: second on a 2-core CPU; `poslab train --print-config` loads neither torch's Lightning nor W&B).
 HEAVY = {"torch", "torchvision", "torchmetrics", "lightning", "wandb", "wandb_workspaces", "matplotlib", "pandas",
-         "numpy", "rich", "omegaconf", "yaml", "litdata", "pyarrow"}  # fmt: skip
+         "numpy", "rich", "omegaconf", "yaml", "litdata", "pyarrow", "datasets"}  # fmt: skip
 #: Modules whose function-local imports all stay, and why.
 LOCAL_FOR_A_REASON = {
     "poslab.tools.gpu_check": "it runs on a bare GPU machine and reports each missing package instead of failing",

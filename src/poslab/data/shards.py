@@ -63,8 +63,24 @@ class Tokenize:
             yield np.asarray(ids, dtype=self.dtype)
 
 
+class Parts(list):
+    """A corpus too large to hold, as the readers of its parts (each a callable returning an iterator of documents):
+    each preparation worker reads its parts itself, so no document passes through the parent."""
+
+
+class TokenizeParts:
+    """litdata's ``fn`` for :class:`Parts`: every document of part ``index``, tokenized, one array each."""
+
+    def __init__(self, parts: Parts, encode: Callable[[str], list[int]], dtype: torch.dtype) -> None:
+        self.parts, self.tokenize = parts, Tokenize(encode, dtype)
+
+    def __call__(self, index: int):
+        for document in self.parts[index]():
+            yield from self.tokenize(document)
+
+
 def prepare_shards(
-    documents: Sequence[str],
+    documents: Sequence[str] | Parts,
     encode: Callable[[str], list[int]],
     folder: Path,
     manifest: dict[str, Any],
@@ -73,23 +89,27 @@ def prepare_shards(
     echo: Callable[[str], None] = print,
     progress: bool = False,
 ) -> dict[str, Any]:
-    """Tokenize ``documents`` with ``encode`` into litdata chunks under ``folder`` and write its manifest
-    (``manifest`` with the counts added); returns the manifest. ``manifest["vocab_size"]`` picks the dtype;
-    ``progress``: litdata's progress bar."""
+    """Tokenize ``documents`` (or read and tokenize :class:`Parts`) with ``encode`` into litdata chunks under
+    ``folder`` and write its manifest (``manifest`` with the counts added); returns the manifest.
+    ``manifest["vocab_size"]`` picks the dtype; ``progress``: litdata's progress bar."""
     from litdata import TokensLoader, optimize  # deferred: litdata, ~1.9 s
 
     if not documents:
         raise DataError(f"nothing to prepare into {folder}: the source holds no documents")
     folder = Path(folder)
     dtype = token_dtype(int(manifest["vocab_size"]))
+    if isinstance(documents, Parts):  # the workers read the parts: litdata's inputs are their numbers
+        inputs, tokenize, counted = list(range(len(documents))), TokenizeParts(documents, encode, dtype), "part"
+    else:
+        inputs, tokenize, counted = list(documents), Tokenize(encode, dtype), "document"
     partial = folder.with_name(f"{folder.name}.partial-{os.getpid()}")
     shutil.rmtree(partial, ignore_errors=True)
     started = time.perf_counter()
     try:
         with rng_untouched():  # a run that prepares its shards draws its weights as one that finds them
             optimize(
-                fn=Tokenize(encode, dtype), inputs=list(documents), output_dir=str(partial.resolve()),
-                chunk_bytes=chunk_bytes, item_loader=TokensLoader(), num_workers=max(1, min(workers, len(documents))),
+                fn=tokenize, inputs=inputs, output_dir=str(partial.resolve()),
+                chunk_bytes=chunk_bytes, item_loader=TokensLoader(), num_workers=max(1, min(workers, len(inputs))),
                 verbose=progress, start_method="fork" if sys.platform == "linux" else None,
             )  # fmt: skip
         index = json.loads((partial / "index.json").read_text())
@@ -98,7 +118,7 @@ def prepare_shards(
             raise DataError(f"nothing to prepare into {folder}: the source's documents hold no tokens")
         seconds = time.perf_counter() - started
         written = {
-            **manifest, "format": FORMAT, "dtype": str(dtype).removeprefix("torch."), "documents": len(documents),
+            **manifest, "format": FORMAT, "dtype": str(dtype).removeprefix("torch."), f"{counted}s": len(inputs),
             "tokens": tokens, "chunks": len(index["chunks"]), "seconds": round(seconds, 3),
         }  # fmt: skip
         write_json_atomic(partial / MANIFEST, written)
@@ -110,7 +130,7 @@ def prepare_shards(
     except BaseException:
         shutil.rmtree(partial, ignore_errors=True)
         raise
-    echo(f"poslab prepare: {tokens:,} tokens of {len(documents):,} documents in {written['chunks']} shard(s) "
+    echo(f"poslab prepare: {tokens:,} tokens of {len(inputs):,} {counted}s in {written['chunks']} shard(s) "
          f"in {seconds:.1f} s ({tokens / seconds:,.0f} tokens/s) -> {folder}")  # fmt: skip
     return written
 

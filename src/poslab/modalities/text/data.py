@@ -30,10 +30,11 @@ from torch.utils.data import DataLoader, Dataset, IterableDataset
 
 from poslab.data.base import PositionDataModule
 from poslab.data.resumable import ResumableLoader
-from poslab.data.shards import check_shards, prepare_shards, read_manifest, streamed_loader
+from poslab.data.shards import Parts, check_shards, prepare_shards, read_manifest, streamed_loader
 from poslab.errors import ConfigError, DataError
 from poslab.modalities.text.passkey import passkey_items
 from poslab.modalities.text.sources import SOURCES
+from poslab.modalities.text.sources.streamed import StreamedSplits
 from poslab.modalities.text.tokenizers import CharTokenizer, Tokenizer, build_tokenizer
 from poslab.positions import Positions
 
@@ -164,10 +165,16 @@ class TextDataModule(PositionDataModule):
             return
         root = Path(self.cfg.root)
         texts = self.read_source(False)
+        streamed = isinstance(texts, StreamedSplits)
+        if streamed and (not self.cfg.stream or self.cfg.tokenizer == "char"):
+            got = f"got data.stream={self.cfg.stream}, data.tokenizer={self.cfg.tokenizer}"
+            raise ConfigError(f"data={self.cfg.name} data.path={self.cfg.path} is streamed, never held: it trains "
+                              "with data.stream=true and a subword tokenizer (data.tokenizer=bpe, tiktoken:<encoding> "
+                              f"or hf:<tokenizer>; {got})")  # fmt: skip
         splits = {name: getattr(texts, name) for name in ("train", "val", "test")}
         self.vocab = build_tokenizer(self.cfg.tokenizer, root, list(splits.values()), self.cfg.vocab_size)
         if self.cfg.stream:  # training reads the shards; only the held-out splits are kept as tokens
-            self.shards = self.prepare_shards(splits["train"])
+            self.shards = self.prepare_shards(texts if streamed else splits["train"])
             splits["train"] = ""
         self.splits = {name: self.vocab.encode(text) for name, text in splits.items()}
         for split in ("val", "test"):
@@ -197,10 +204,14 @@ class TextDataModule(PositionDataModule):
     #: Show the preparation's progress bar (``poslab prepare`` sets it; a run prints one line).
     progress = False
 
-    def shard_manifest(self, train: str) -> dict[str, Any]:
-        """What the shards of this data hold: checked against their manifest before a run reads them."""
-        digest = hashlib.sha256(train.encode()).hexdigest()[:16]
-        source = {"name": self.cfg.name, "path": self.cfg.path, "train_sha256": digest}
+    def shard_manifest(self, train: str | StreamedSplits) -> dict[str, Any]:
+        """What the shards of this data hold: checked against their manifest before a run reads them (a
+        streamed corpus, never read whole, is named by what it is read from)."""
+        source = {"name": self.cfg.name, "path": self.cfg.path}
+        if isinstance(train, StreamedSplits):
+            source["stream"] = train.identity
+        else:
+            source["train_sha256"] = hashlib.sha256(train.encode()).hexdigest()[:16]
         return {"tokenizer": self.vocab.spec, "tokenizer_fingerprint": self.vocab.fingerprint(),
                 "vocab_size": len(self.vocab), "source": source}  # fmt: skip
 
@@ -211,12 +222,14 @@ class TextDataModule(PositionDataModule):
         key = hashlib.sha256(json.dumps(manifest, sort_keys=True).encode()).hexdigest()[:12]
         return str(Path(self.cfg.root) / "shards" / f"{self.cfg.name}-{key}")
 
-    def prepare_shards(self, train: str, echo: Callable[[str], None] = print) -> str:
-        """The training split's token shards, prepared unless they are there (checked against what they hold)."""
+    def prepare_shards(self, train: str | StreamedSplits, echo: Callable[[str], None] = print) -> str:
+        """The training split's token shards, prepared unless they are there (checked against what they hold);
+        a streamed corpus's parts are read by the preparation's workers, never held."""
         expected = self.shard_manifest(train)
         folder = self.shards_folder(expected)
         if read_manifest(Path(folder)) is None and "://" not in folder:
-            documents = line_pieces(train, self.DOCUMENT_CHARS)
+            streamed = isinstance(train, StreamedSplits)
+            documents = Parts(train.parts) if streamed else line_pieces(train, self.DOCUMENT_CHARS)
             workers = max(1, self.cfg.workers)
             prepare_shards(
                 documents, self.vocab.ids, Path(folder), expected, workers, echo=echo, progress=self.progress

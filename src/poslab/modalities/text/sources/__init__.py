@@ -129,6 +129,11 @@ def sample_text(chars: int = 30_000, seed: int = 0) -> str:
     return "\n".join(lines)[:chars]
 
 
+def sample_records(count: int = 40) -> list[str]:
+    """Documents for the samples of the document sources: 900 seeded characters each."""
+    return [sample_text(900, seed) for seed in range(count)]
+
+
 def sample_tinyshakespeare(root: Path) -> list[str]:
     (root / "tinyshakespeare.txt").write_text(sample_text(), encoding="utf-8")
     return []

@@ -1,5 +1,6 @@
 """Corpora of documents: your JSON Lines, Parquet or folder of ``.txt`` files (``data.path``), each document a
-record's ``data.field`` (``text`` by default) or a file.
+record's ``data.field`` (``text`` by default) or a file. A JSON Lines or Parquet ``data.path`` that is a URL
+(``https://``, ``s3://``, ``hf://``) is streamed instead (:mod:`poslab.modalities.text.sources.streamed`).
 
 Held-out documents are unseen in training: of every 20 documents in the order read, the 19th goes to
 validation and the 20th to test (5 % each, spread over the corpus, as a streamed corpus of unknown length
@@ -14,7 +15,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from poslab.errors import DataError, first_line
-from poslab.modalities.text.sources import SAMPLES, SOURCES, TextSplits, sample_text
+from poslab.modalities.text.sources import SAMPLES, SOURCES, TextSplits, sample_records
+from poslab.modalities.text.sources.streamed import streamed_splits
 
 #: Of every ``HELD_OUT_EVERY`` documents, the second-to-last is validation and the last is test.
 HELD_OUT_EVERY = 20
@@ -69,7 +71,9 @@ def jsonl_documents(path: Path, field: str) -> Iterator[str]:
         raise DataError(f"{path} is not UTF-8 text (byte {exc.start}: {first_line(exc)})") from None
 
 
-def load_jsonl(root: Path, download: bool, path: str | None = None, *, field: str = "text") -> TextSplits:
+def load_jsonl(root: Path, download: bool, path: str | None = None, *, field: str = "text"):
+    if path and "://" in path:  # a remote file: streamed (sources/streamed.py)
+        return streamed_splits(path, Path(root), field, builder="json")
     file = _path(path, "jsonl")
     return split_documents(jsonl_documents(file, field), str(file))
 
@@ -88,7 +92,9 @@ def parquet_documents(path: Path, field: str) -> Iterator[str]:
             yield _text(value, str(path), field)
 
 
-def load_parquet(root: Path, download: bool, path: str | None = None, *, field: str = "text") -> TextSplits:
+def load_parquet(root: Path, download: bool, path: str | None = None, *, field: str = "text"):
+    if path and "://" in path:  # a remote file: streamed (sources/streamed.py)
+        return streamed_splits(path, Path(root), field, builder="parquet")
     file = _path(path, "parquet")
     return split_documents(parquet_documents(file, field), str(file))
 
@@ -106,10 +112,6 @@ def load_txtdir(root: Path, download: bool, path: str | None = None, *, field: s
     if not folder.is_dir():
         raise DataError(f"data=txtdir needs a folder of .txt files; data.path={path} is a file")
     return split_documents(folder_documents(folder), str(folder))
-
-
-def sample_records(count: int = 40) -> list[str]:
-    return [sample_text(900, seed) for seed in range(count)]
 
 
 def sample_jsonl(root: Path) -> list[str]:
