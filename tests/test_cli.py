@@ -34,6 +34,13 @@ def run_cli(capsys, *argv):
     return code, out, err
 
 
+def test_a_comparison_of_an_experiment_takes_the_modality_its_defaults_name():
+    from poslab.cli import experiments_modality
+
+    assert experiments_modality(["seeds=1", "experiment=bpe_lengen"]) == "text"
+    assert experiments_modality(["experiment=motion"]) == "video"
+
+
 @pytest.mark.parametrize(
     ("argv", "expected"),
     [
@@ -52,7 +59,7 @@ def run_cli(capsys, *argv):
         (["train", "trainer=tpu"], "unknown trainer 'tpu' (did you mean 'gpu'?); valid: cpu, ddp, fsdp, gpu, gpu16"),
         (["eval"], "poslab eval needs exactly one ckpt=PATH"),
         (["eval", "ckpt=/nonexistent.ckpt"], "checkpoint /nonexistent.ckpt does not exist"),
-        (["compare", "seeds=2"], "poslab compare needs modality=<name>"),
+        (["compare", "seeds=2"], "poslab compare needs modality=<name> (or an experiment= whose defaults name one)"),
     ],
 )
 def test_bad_input_is_one_line_and_a_nonzero_exit(capsys, argv, expected):

@@ -254,7 +254,7 @@ def _compare_grid(args: argparse.Namespace) -> int:
         else:
             overrides.append(item)
     if "modality" not in special:
-        raise PoslabError("poslab compare needs modality=<name>")
+        special["modality"] = experiments_modality(overrides)
     if "workers" in special:
         count = special["workers"]
         if not isinstance(count, int) or isinstance(count, bool) or count < 1 or "worker" in special:
@@ -268,6 +268,17 @@ def _compare_grid(args: argparse.Namespace) -> int:
     seeds = int(special["seeds"]) if "seeds" in special else None  # None: the experiment's compare_seeds
     result = compare(special["modality"], encoders, seeds, overrides, worker=worker)
     return 1 if any(o.status == "failed" for o in result["outcomes"]) else 0
+
+
+def experiments_modality(overrides: list[str]) -> str:
+    """The modality an ``experiment=`` names in its defaults (a comparison needs no ``modality=`` beside it)."""
+    from poslab.config.composition import load_group  # deferred: torch (composing reads the encoders), ~2.6 s
+
+    names = [item.partition("=")[2] for item in overrides if item.startswith("experiment=")]
+    modality = (load_group("experiment", names[-1]).get("defaults") or {}).get("modality") if names else None
+    if not modality:
+        raise PoslabError("poslab compare needs modality=<name> (or an experiment= whose defaults name one)")
+    return str(modality)
 
 
 def _report_cmd(args: argparse.Namespace) -> int:

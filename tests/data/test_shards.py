@@ -196,3 +196,40 @@ def test_each_ddp_rank_streams_its_own_windows(tmp_path):
         seen.append({tuple(w) for _ in range(count) for w in next(batches).tolist()})
     assert not seen[0] & seen[1]
     assert len(seen[0] | seen[1]) >= 0.9 * len(everything)
+
+
+class LoggedPart:
+    """A part's reader that notes each reading in ``log`` (workers are forked: a file is what comes back) and
+    fails the first time where ``fails`` names a flag file that is not there yet."""
+
+    def __init__(self, number: int, log: Path, fails: Path | None = None) -> None:
+        self.number, self.log, self.fails = number, log, fails
+
+    def __call__(self):
+        with self.log.open("a") as notes:
+            notes.write(f"{self.number}\n")
+        if self.fails is not None and not self.fails.exists():
+            self.fails.touch()
+            raise DataError(f"part {self.number}: the network went away")
+        return iter([f"part {self.number} document {i} " * 5 for i in range(3)])
+
+
+def test_a_preparation_in_parts_resumes_at_its_first_unfinished_round(tmp_path):
+    """Four parts, one worker: four rounds. A failure in the third leaves the first two kept; the rerun reads only
+    the third and fourth, and its shards hold what an uninterrupted preparation's do."""
+    log = tmp_path / "read.log"
+    parts = shards.Parts(LoggedPart(n, log, tmp_path / "failed-once" if n == 2 else None) for n in range(4))
+    folder, manifest = tmp_path / "s", {"vocab_size": 300}
+    with pytest.raises(DataError, match="^part 2: the network went away$"):
+        prepare_shards(parts, byte_ids, folder, manifest, workers=1, echo=print)
+    assert not folder.exists() and sorted(p.name for p in (tmp_path / "s.rounds").glob("round-*")) == [
+        "round-00000", "round-00001", *(p.name for p in (tmp_path / "s.rounds").glob("round-00002.partial-*"))
+    ]  # fmt: skip
+    log.write_text("")
+    written = prepare_shards(parts, byte_ids, folder, manifest, workers=1, echo=print)
+    assert log.read_text().split() == ["2", "3"]
+    clean = prepare_shards(shards.Parts(LoggedPart(n, log) for n in range(4)), byte_ids, tmp_path / "c", manifest)
+    assert (written["tokens"], written["parts"]) == (clean["tokens"], 4)
+    assert written["tokens"] == sum(len(byte_ids(f"part {n} document {i} " * 5)) for n in range(4) for i in range(3))
+    assert not (tmp_path / "s.rounds").exists()  # kept only until the preparation completes
+    assert next(iter(streamed_loader(folder, 8, 2, seed=0))).shape == (2, 8)  # merged rounds stream as one

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import io
 import json
 import multiprocessing
 import os
@@ -92,47 +93,109 @@ def prepare_shards(
     """Tokenize ``documents`` (or read and tokenize :class:`Parts`) with ``encode`` into litdata chunks under
     ``folder`` and write its manifest (``manifest`` with the counts added); returns the manifest.
     ``manifest["vocab_size"]`` picks the dtype; ``progress``: litdata's progress bar."""
-    from litdata import TokensLoader, optimize  # deferred: litdata, ~1.9 s
-
     if not documents:
         raise DataError(f"nothing to prepare into {folder}: the source holds no documents")
     folder = Path(folder)
     dtype = token_dtype(int(manifest["vocab_size"]))
-    if isinstance(documents, Parts):  # the workers read the parts: litdata's inputs are their numbers
-        inputs, tokenize, counted = list(range(len(documents))), TokenizeParts(documents, encode, dtype), "part"
-    else:
-        inputs, tokenize, counted = list(documents), Tokenize(encode, dtype), "document"
     partial = folder.with_name(f"{folder.name}.partial-{os.getpid()}")
     shutil.rmtree(partial, ignore_errors=True)
     started = time.perf_counter()
     try:
-        with rng_untouched():  # a run that prepares its shards draws its weights as one that finds them
-            optimize(
-                fn=tokenize, inputs=inputs, output_dir=str(partial.resolve()),
-                chunk_bytes=chunk_bytes, item_loader=TokensLoader(), num_workers=max(1, min(workers, len(inputs))),
-                verbose=progress, start_method="fork" if sys.platform == "linux" else None,
-            )  # fmt: skip
+        if isinstance(documents, Parts):
+            counted, count = "part", len(documents)
+            prepare_in_rounds(documents, encode, dtype, folder, partial, manifest, workers, chunk_bytes, echo, progress)
+        else:
+            counted, count = "document", len(documents)
+            tokenize_into(partial, Tokenize(encode, dtype), list(documents), workers, chunk_bytes, progress)
         index = json.loads((partial / "index.json").read_text())
         tokens = sum(chunk["dim"] for chunk in index["chunks"])
         if not tokens:
             raise DataError(f"nothing to prepare into {folder}: the source's documents hold no tokens")
         seconds = time.perf_counter() - started
         written = {
-            **manifest, "format": FORMAT, "dtype": str(dtype).removeprefix("torch."), f"{counted}s": len(inputs),
+            **manifest, "format": FORMAT, "dtype": str(dtype).removeprefix("torch."), f"{counted}s": count,
             "tokens": tokens, "chunks": len(index["chunks"]), "seconds": round(seconds, 3),
         }  # fmt: skip
         write_json_atomic(partial / MANIFEST, written)
         shutil.rmtree(folder, ignore_errors=True)
         partial.rename(folder)
+        shutil.rmtree(rounds_folder(folder), ignore_errors=True)
     except OSError as exc:  # a full disk, a folder that cannot be written
         shutil.rmtree(partial, ignore_errors=True)
         raise DataError(f"could not write the token shards into {folder}: {first_line(exc)}") from None
     except BaseException:
         shutil.rmtree(partial, ignore_errors=True)
         raise
-    echo(f"poslab prepare: {tokens:,} tokens of {len(inputs):,} {counted}s in {written['chunks']} shard(s) "
+    echo(f"poslab prepare: {tokens:,} tokens of {count:,} {counted}s in {written['chunks']} shard(s) "
          f"in {seconds:.1f} s ({tokens / seconds:,.0f} tokens/s) -> {folder}")  # fmt: skip
     return written
+
+
+def tokenize_into(output: Path, fn, inputs: list, workers: int, chunk_bytes, progress: bool) -> None:
+    """litdata's ``optimize``: ``fn`` over ``inputs`` in up to ``workers`` forked processes, into ``output``; an
+    error in a worker (which litdata returns as its traceback's text) is one line, the worker's own."""
+    from litdata import TokensLoader, optimize  # deferred: litdata, ~1.9 s
+
+    try:
+        with rng_untouched():  # a run that prepares its shards draws its weights as one that finds them
+            optimize(
+                fn=fn, inputs=inputs, output_dir=str(output.resolve()), chunk_bytes=chunk_bytes,
+                item_loader=TokensLoader(), num_workers=max(1, min(workers, len(inputs))), verbose=progress,
+                start_method="fork" if sys.platform == "linux" else None,
+            )  # fmt: skip
+    except RuntimeError as exc:
+        raised = [line for line in str(exc).splitlines() if line.startswith("poslab.errors.")]
+        if not raised:
+            raise
+        raise DataError(raised[-1].partition(": ")[2]) from None
+
+
+def rounds_folder(folder: Path) -> Path:
+    """Where the rounds of a preparation in parts are kept until it completes (a rerun continues from them)."""
+    return folder.with_name(f"{folder.name}.rounds")
+
+
+def prepare_in_rounds(parts: Parts, encode, dtype, folder: Path, output: Path, manifest: dict, workers: int,
+                      chunk_bytes, echo, progress: bool) -> None:  # fmt: skip
+    """:class:`Parts` tokenized ``workers`` parts a round, each round kept (renamed into place when complete)
+    in :func:`rounds_folder` until all are: a preparation interrupted (a kill, a full disk, the network)
+    resumes at its first unfinished round. The rounds are then merged into ``output`` by litdata's
+    ``merge_datasets`` (one round: renamed)."""
+    from litdata import merge_datasets  # deferred: litdata, ~1.9 s
+
+    rounds = rounds_folder(folder)
+    stated = {key: value for key, value in manifest.items() if key != "seconds"}
+    if read_json(rounds / MANIFEST) != stated:  # rounds of other data, or of another way of cutting it: not ours
+        shutil.rmtree(rounds, ignore_errors=True)
+    rounds.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(rounds / MANIFEST, stated)
+    size = max(1, workers)
+    done = []
+    for number, first in enumerate(range(0, len(parts), size)):
+        target = rounds / f"round-{number:05d}"
+        group = list(range(first, min(first + size, len(parts))))
+        if (target / "index.json").is_file():
+            echo(f"poslab prepare: parts {group[0]}-{group[-1]} were prepared before; kept")
+        else:
+            writing = rounds / f"{target.name}.partial-{os.getpid()}"
+            shutil.rmtree(writing, ignore_errors=True)
+            tokenize_into(writing, TokenizeParts(parts, encode, dtype), group, size, chunk_bytes, progress)
+            writing.rename(target)
+        done.append(target)
+    if len(done) == 1:
+        done[0].rename(output)
+    else:
+        quiet = contextlib.nullcontext() if progress else contextlib.redirect_stderr(io.StringIO())  # its bar
+        with quiet:
+            merge_datasets([str(d.resolve()) for d in done], str(output.resolve()), max_workers=size)
+
+
+def read_json(path: Path) -> Any:
+    """``path``'s JSON, or None when it is missing or unreadable."""
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
 
 
 @contextlib.contextmanager
