@@ -13,6 +13,7 @@ from poslab.config.files import config_dir
 from poslab.modalities.text.sources.streamed import sample_huggingface
 from poslab.run.train import train
 from poslab.study.compare import plan
+from tests.track.test_wandb_summary import assert_all_scalars_in_wandb
 
 
 def test_bpe_lengen_is_sized_for_this_machine():
@@ -67,6 +68,7 @@ def test_gpt2_lengen_dry_runs_on_a_local_folder_in_fineweb_edus_layout(tmp_path)
     root.mkdir()
     local = [o for o in sample_huggingface(root) if o.startswith("data.path=")]
     overrides = toy("gpt2_lengen", tmp_path, "encoder=alibi", f"data.root={root}", *local, "data.tokenizer=bpe",
-                    "data.workers=1", "data.eval_tokens=32")  # fmt: skip
-    metrics = ran(train(compose(overrides)))
-    assert {"longdoc/ppl@16", "longdoc/ppl@32", "passkey/acc@320", "test/bpt"} <= set(metrics)
+                    "data.workers=1", "data.eval_tokens=32", "logger=wandb", "logger.mode=offline")  # fmt: skip
+    summary = train(compose(overrides))
+    assert {"longdoc/ppl@16", "longdoc/ppl@32", "passkey/acc@320", "test/bpt"} <= set(ran(summary))
+    assert_all_scalars_in_wandb(summary)  # what every experiment's tiny run checks (tests/track)
