@@ -104,3 +104,20 @@ def test_a_remote_jsonl_file_streams_into_shards(served, tmp_path):
     with pytest.raises(DataError, match="could not be opened|reading failed"):
         datamodule(tmp_path / "data", "data=jsonl", f"data.path={url}/missing.jsonl", "data.stream=true",
                    "data.tokenizer=bpe", "data.vocab_size=300")  # fmt: skip
+
+
+def test_remote_txt_files_stream_in_path_order_a_file_one_document(tmp_path):
+    """A glob URL (here file://, the same fsspec path as s3:// or hf://) of .txt files, each a document."""
+    folder = tmp_path / "texts"
+    folder.mkdir()
+    records = sample_records(40)
+    for i, text in enumerate(records):
+        (folder / f"{i:03d}.txt").write_text(text, encoding="utf-8")
+    module = datamodule(tmp_path / "data", "data=txtdir", f"data.path=file://{folder}/*.txt", "data.stream=true",
+                        "data.tokenizer=bpe", "data.vocab_size=300")  # fmt: skip
+    train = [d for i, d in enumerate(records) if i % HELD_OUT_EVERY < HELD_OUT_EVERY - 2]
+    test = [d for i, d in enumerate(records) if i % HELD_OUT_EVERY == HELD_OUT_EVERY - 1]
+    assert json.loads((Path(module.shards) / "manifest.json").read_text())["tokens"] == sum(
+        len(module.vocab.ids(d)) for d in train
+    )
+    assert module.splits["test"].tolist() == module.vocab.ids("\n\n".join(test))

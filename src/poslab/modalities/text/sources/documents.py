@@ -1,6 +1,6 @@
 """Corpora of documents: your JSON Lines, Parquet or folder of ``.txt`` files (``data.path``), each document a
-record's ``data.field`` (``text`` by default) or a file. A JSON Lines or Parquet ``data.path`` that is a URL
-(``https://``, ``s3://``, ``hf://``) is streamed instead (:mod:`poslab.modalities.text.sources.streamed`).
+record's ``data.field`` (``text`` by default) or a file. A ``data.path`` that is a URL (``https://``, ``s3://``,
+``hf://``; for ``.txt`` files a glob) is streamed instead (:mod:`poslab.modalities.text.sources.streamed`).
 
 Held-out documents are unseen in training: of every 20 documents in the order read, the 19th goes to
 validation and the 20th to test (5 % each, spread over the corpus, as a streamed corpus of unknown length
@@ -107,7 +107,9 @@ def folder_documents(folder: Path) -> Iterator[str]:
             raise DataError(f"{file} is not UTF-8 text (byte {exc.start}: {first_line(exc)})") from None
 
 
-def load_txtdir(root: Path, download: bool, path: str | None = None, *, field: str = "text") -> TextSplits:
+def load_txtdir(root: Path, download: bool, path: str | None = None, *, field: str = "text"):
+    if path and "://" in path:  # remote files (a glob: s3://bucket/texts/*.txt): streamed, a file one document
+        return streamed_splits(path, Path(root), "text", builder="text")
     folder = _path(path, "txtdir")
     if not folder.is_dir():
         raise DataError(f"data=txtdir needs a folder of .txt files; data.path={path} is a file")

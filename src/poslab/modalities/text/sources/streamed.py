@@ -1,7 +1,8 @@
 """Corpora larger than memory, read through Hugging Face ``datasets`` streaming: a Hub dataset
 (``data=huggingface data.path=<dataset>[:<config>]``, e.g. ``HuggingFaceFW/fineweb-edu:sample-10BT`` or
-``deepmind/pg19``), a local folder in a Hub dataset's layout, and a remote JSON Lines or Parquet URL
-(``data=jsonl`` / ``parquet`` with ``data.path=https://…``, ``s3://…``).
+``deepmind/pg19``), a local folder in a Hub dataset's layout, a remote JSON Lines or Parquet URL (``data=jsonl``
+/ ``parquet`` with ``data.path=https://…``, ``s3://…``) and remote ``.txt`` files (``data=txtdir`` with
+``data.path=s3://bucket/texts/*.txt``, a file one document).
 
 Such a corpus is never held: its training documents are read part by part (one part per file of the dataset,
 torchtitan's split of a stream over its readers) while the preparation's workers tokenize them into shards,
@@ -96,7 +97,8 @@ def streamed_dataset(path: str, root: Path, builder: str | None = None):
     where = path if builder else f"data.path={path}"
     try:
         if builder:
-            return datasets.load_dataset(builder, data_files=path, split="train", streaming=True)
+            options = {"sample_by": "document"} if builder == "text" else {}  # a .txt file is one document
+            return datasets.load_dataset(builder, data_files=path, split="train", streaming=True, **options)
         return datasets.load_dataset(name, config, split="train", streaming=True, cache_dir=str(root / "hf"))
     except Exception as exc:  # noqa: BLE001  (offline, no such dataset or config, a gated one)
         raise DataError(f"{where} could not be opened with Hugging Face datasets ({first_line(exc)[:120]}); "
@@ -107,7 +109,7 @@ def streamed_splits(path: str, root: Path, field_name: str, builder: str | None 
     """The corpus at ``path`` as :class:`StreamedSplits` (its held-out documents read now, the rest on demand)."""
     stream = streamed_dataset(path, root, builder)
     where = path if builder else f"data.path={path}"
-    count = max(1, stream.num_shards)
+    count = 1 if builder == "text" else max(1, stream.num_shards)  # files of one document each: read as one part
 
     def part(index: int) -> Iterator[dict]:
         return iter(stream.shard(num_shards=count, index=index)) if count > 1 else iter(stream)
