@@ -29,6 +29,7 @@ def probe(*flags: str) -> int:
     return int(done.stdout.strip())
 
 
+@pytest.mark.slow  # a whole comparison or fresh processes: 6-8 s, kept out of the 5-minute tier
 def test_flushing_first_reaches_every_thread_and_the_default_keeps_denormals():
     import torch
 

@@ -240,6 +240,7 @@ def test_resume_of_a_directory_without_a_checkpoint_is_one_line(tiny, tmp_path, 
     assert "no unfinished vision run" in capsys.readouterr().err
 
 
+@pytest.mark.slow  # a whole comparison or fresh processes: 6-8 s, kept out of the 5-minute tier
 def test_compare_stops_at_an_interrupt_and_the_same_command_continues_the_grid(tiny, tmp_path, monkeypatch):
     """SIGTERM inside the second run of a grid: compare stops (143, no later run started, no report); rerun,
     it skips the finished run, continues the cut one from its checkpoint, and ends like an uninterrupted grid."""

@@ -138,6 +138,7 @@ def test_compare_runs_the_modalitys_default_experiment_unless_one_is_given():
     assert plain.experiment is None and list(plain.eval.image_sizes) == []
 
 
+@pytest.mark.slow  # a whole comparison or fresh processes: 6-8 s, kept out of the 5-minute tier
 def test_without_seeds_compare_takes_the_experiments_compare_seeds():
     assert [seed for _, seed, _ in plan("vision", ["none"], None, [])] == [0, 1, 2]  # train.yaml: 3
     video = plan("video", None, None, [])  # the motion experiment: 11 encoders and 2 own variants, 3 seeds
@@ -156,6 +157,7 @@ def test_the_hash_ignores_what_only_plans_or_checks_a_run():
     assert config_hash(to_dict(compose(["encoder=none", "seed=1"]))) != config_hash(cfg)
 
 
+@pytest.mark.slow  # a whole comparison or fresh processes: 6-8 s, kept out of the 5-minute tier
 def test_compare_end_to_end_resumes_and_logs_a_report_run(tiny, tmp_path):
     overrides = [o for o in tiny if not o.startswith("logger=")] + ["logger=wandb", "logger.mode=offline"]
     lines: list[str] = []
