@@ -121,3 +121,27 @@ def test_remote_txt_files_stream_in_path_order_a_file_one_document(tmp_path):
         len(module.vocab.ids(d)) for d in train
     )
     assert module.splits["test"].tolist() == module.vocab.ids("\n\n".join(test))
+
+
+def test_a_tokenizer_that_trains_on_nothing_reads_no_training_text(fineweb, tmp_path, monkeypatch):
+    """``hf:<folder>`` (as ``tiktoken:``) needs no sample of the corpus: reading one would fetch up to 128 M
+    characters of a Hub dataset for nothing."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+
+    from poslab.modalities.text.sources.streamed import StreamedSplits
+
+    root, overrides = fineweb
+    folder = tmp_path / "tok"
+    folder.mkdir()
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    trainer = trainers.BpeTrainer(vocab_size=300, initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tokenizer.train_from_iterator(sample_records(5), trainer=trainer)
+    tokenizer.save(str(folder / "tokenizer.json"))
+
+    def unread(self):
+        raise AssertionError("the training sample was read")
+
+    monkeypatch.setattr(StreamedSplits, "train", property(unread))
+    module = datamodule(root, *overrides, f"data.tokenizer=hf:{folder}")
+    assert module.vocab.spec == f"hf:{folder}" and len(module.splits["val"]) > 0

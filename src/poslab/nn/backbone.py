@@ -20,7 +20,7 @@ from torch.utils.checkpoint import checkpoint
 
 from poslab.encoders.base import EXPLICIT_HOOKS, PositionEncoder
 from poslab.nn.attention import AttentionBias, SelfAttention
-from poslab.nn.decoding import DecodingCache, joined, step_mask
+from poslab.nn.decoding import DecodingCache, joined
 from poslab.positions import Positions, steps_start
 from poslab.positions.offsets import toeplitz_offsets
 
@@ -149,7 +149,10 @@ class Transformer(nn.Module):
             mask = windowed(None, window, total, 0, self.causal, device)
             mask = blockwise(mask, block, total, 0, self.causal, device)
             return self.attention_bias(everything, 0, dtype, device, mask, encoder)
-        allowed = step_mask(total, new, self.causal, window, block, device)
+        allowed = causal_rows(total, new, device) if self.causal else None
+        allowed = blockwise(windowed(allowed, window, total, 0, self.causal, device, new), block, total, 0,
+                            self.causal, device, new)  # fmt: skip
+        allowed = None if allowed is None or bool(allowed.all()) else allowed  # every key: no mask
         bias = encoder.attention_bias(pos, everything) if encoder.uses("attention_bias") else None
         if bias is None:
             return None if allowed is None else AttentionBias(allowed=allowed)
@@ -184,37 +187,53 @@ class Transformer(nn.Module):
         return AttentionBias(dense=bias, causal=self.causal, allowed=allowed)
 
 
+def query_key_indices(length: int, new: int | None, device) -> tuple[torch.Tensor, torch.Tensor]:
+    """(the queries' indices ``[n, 1]``: the last ``new`` of ``length`` tokens, or all; every key's ``[1, L]``)."""
+    keys = torch.arange(length, device=device)
+    return keys[length - (new or length) :, None], keys[None, :]
+
+
+def causal_rows(length: int, new: int | None, device) -> torch.Tensor:
+    """The causal rule for the last ``new`` queries (or all): key j is visible to query i when j ≤ i."""
+    queries, keys = query_key_indices(length, new, device)
+    return keys <= queries
+
+
 def windowed(
-    allowed: torch.Tensor | None, window: int | None, length: int, prefix: int, causal: bool, device
-) -> torch.Tensor | None:
+    allowed: torch.Tensor | None, window: int | None, length: int, prefix: int, causal: bool, device,
+    new: int | None = None,
+) -> torch.Tensor | None:  # fmt: skip
     """``allowed`` narrowed to a sliding window of ``window`` tokens: key j is visible to query i when
     i − W < j (with the causal mask: the W tokens up to i) or, bidirectional, |i − j| < W; the prefix
-    tokens (a class token) stay global. None: no window."""
+    tokens (a class token) stay global. None: no window. ``new``: the rows of the last ``new`` queries only
+    (a decoding step), ``allowed`` then of their shape."""
     if window is None:
         return allowed
-    index = torch.arange(length, device=device)
-    offset = index[:, None] - index[None, :]  # i − j
+    queries, keys = query_key_indices(length, new, device)
+    offset = queries - keys  # i − j
     band = offset < window if causal else offset.abs() < window
     if prefix:
-        band[:prefix, :] = True
+        band[queries[:, 0] < prefix, :] = True
         band[:, :prefix] = True
     allowed = None if allowed is None else allowed.to(device)
     return band if allowed is None else allowed & band
 
 
 def blockwise(
-    allowed: torch.Tensor | None, block: int | None, length: int, prefix: int, causal: bool, device
-) -> torch.Tensor | None:
+    allowed: torch.Tensor | None, block: int | None, length: int, prefix: int, causal: bool, device,
+    new: int | None = None,
+) -> torch.Tensor | None:  # fmt: skip
     """``allowed`` narrowed to blockwise attention with blocks of ``block`` tokens (Sun et al. 2022, §3.3): a
     query sees the keys of its own block and of the block before it (with the causal mask: up to itself;
-    bidirectional: the blocks either side); the prefix tokens stay global. None: no blocks."""
+    bidirectional: the blocks either side); the prefix tokens stay global. None: no blocks. ``new``: as
+    :func:`windowed`."""
     if block is None:
         return allowed
-    blocks = torch.arange(length, device=device) // block
-    apart = blocks[:, None] - blocks[None, :]  # query's block − key's block
+    queries, keys = query_key_indices(length, new, device)
+    apart = queries // block - keys // block  # query's block − key's block
     near = (apart >= 0) & (apart <= 1) if causal else apart.abs() <= 1
     if prefix:
-        near[:prefix, :] = True
+        near[queries[:, 0] < prefix, :] = True
         near[:, :prefix] = True
     allowed = None if allowed is None else allowed.to(device)
     return near if allowed is None else allowed & near

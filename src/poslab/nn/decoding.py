@@ -89,20 +89,3 @@ class DecodingCache:
         """Begin a step over tokens at ``positions``; returns every token's positions."""
         self.positions = joined(self.positions, positions)
         return self.positions
-
-
-def step_mask(length: int, new: int, causal: bool, window: int | None, block: int | None, device):
-    """Which keys (``[new, length]``, True = may attend) the last ``new`` tokens see: the causal rule, a
-    sliding window and attention blocks as the full forward pass draws them (:func:`poslab.nn.backbone.windowed`,
-    :func:`~poslab.nn.backbone.blockwise`), for those rows only; None when they see every key."""
-    rows = torch.arange(length - new, length, device=device)[:, None]
-    cols = torch.arange(length, device=device)[None, :]
-    allowed = torch.ones(new, length, dtype=torch.bool, device=device)
-    if causal:
-        allowed &= cols <= rows
-    if window is not None:
-        allowed &= (rows - cols < window) if causal else ((rows - cols).abs() < window)
-    if block is not None:
-        apart = rows // block - cols // block
-        allowed &= ((apart >= 0) & (apart <= 1)) if causal else (apart.abs() <= 1)
-    return None if bool(allowed.all()) else allowed

@@ -117,6 +117,25 @@ class ContiguousWindows(Dataset):
         return self.tokens[i * self.length : (i + 1) * self.length + 1]
 
 
+class SplitTexts(Sequence):
+    """A source's (train, val, test) texts, each read when a tokenizer asks for it: ``char`` reads all three,
+    ``bpe`` the training split, the others none, so a streamed corpus's training sample (up to 128 M
+    characters read from the network) is read only for a tokenizer that trains on it."""
+
+    NAMES = ("train", "val", "test")
+
+    def __init__(self, splits) -> None:
+        self.source = splits
+
+    def __len__(self) -> int:
+        return len(self.NAMES)
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            return [self[i] for i in range(len(self))[index]]
+        return getattr(self.source, self.NAMES[index])
+
+
 class TextDataModule(PositionDataModule):
     """``multiples``: the lengths the length study evaluates, as multiples of ``data.context``
     (``eval.multiples``); the held-out text is cut so that every one of them scores the same characters."""
@@ -171,12 +190,12 @@ class TextDataModule(PositionDataModule):
             raise ConfigError(f"data={self.cfg.name} data.path={self.cfg.path} is streamed, never held: it trains "
                               "with data.stream=true and a subword tokenizer (data.tokenizer=bpe, tiktoken:<encoding> "
                               f"or hf:<tokenizer>; {got})")  # fmt: skip
-        splits = {name: getattr(texts, name) for name in ("train", "val", "test")}
-        self.vocab = build_tokenizer(self.cfg.tokenizer, root, list(splits.values()), self.cfg.vocab_size)
+        self.vocab = build_tokenizer(self.cfg.tokenizer, root, SplitTexts(texts), self.cfg.vocab_size)
         if self.cfg.stream:  # training reads the shards; only the held-out splits are kept as tokens
-            self.shards = self.prepare_shards(texts if streamed else splits["train"])
-            splits["train"] = ""
-        self.splits = {name: self.vocab.encode(text) for name, text in splits.items()}
+            self.shards = self.prepare_shards(texts if streamed else texts.train)
+        train = "" if self.cfg.stream else texts.train
+        self.splits = {name: self.vocab.encode(text) for name, text in (("train", train), ("val", texts.val),
+                                                                        ("test", texts.test))}  # fmt: skip
         for split in ("val", "test"):
             if len(self.held_out(split)) < 2:
                 raise ConfigError(
@@ -187,9 +206,8 @@ class TextDataModule(PositionDataModule):
 
     def tokenizer(self) -> Tokenizer:
         """The data's tokenizer alone (generation): made, or read back, from the source's splits."""
-        texts = self.read_source(self.cfg.download)
-        splits = [texts.train, texts.val, texts.test]
-        return build_tokenizer(self.cfg.tokenizer, Path(self.cfg.root), splits, self.cfg.vocab_size)
+        texts = SplitTexts(self.read_source(self.cfg.download))
+        return build_tokenizer(self.cfg.tokenizer, Path(self.cfg.root), texts, self.cfg.vocab_size)
 
     def read_source(self, download: bool):
         """The source's splits; a corpus of records also reads ``data.field`` (the loaders that take it)."""

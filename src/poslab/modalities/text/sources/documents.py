@@ -16,10 +16,7 @@ from pathlib import Path
 
 from poslab.errors import DataError, first_line
 from poslab.modalities.text.sources import SAMPLES, SOURCES, TextSplits, sample_records
-from poslab.modalities.text.sources.streamed import streamed_splits
-
-#: Of every ``HELD_OUT_EVERY`` documents, the second-to-last is validation and the last is test.
-HELD_OUT_EVERY = 20
+from poslab.modalities.text.sources.streamed import HELD_OUT_EVERY, split_of, streamed_splits
 
 
 def split_documents(documents: Iterator[str], where: str) -> TextSplits:
@@ -27,10 +24,7 @@ def split_documents(documents: Iterator[str], where: str) -> TextSplits:
     parts: dict[str, list[str]] = {"train": [], "val": [], "test": []}
     count = 0
     for index, document in enumerate(documents):
-        slot = index % HELD_OUT_EVERY
-        parts["val" if slot == HELD_OUT_EVERY - 2 else "test" if slot == HELD_OUT_EVERY - 1 else "train"].append(
-            document
-        )
+        parts[split_of(index)].append(document)
         count += 1
     if count < HELD_OUT_EVERY:
         raise DataError(f"{where} holds {count} document(s); a corpus needs at least {HELD_OUT_EVERY} "

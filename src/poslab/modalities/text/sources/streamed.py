@@ -25,7 +25,8 @@ from typing import Any
 from poslab.errors import DataError, first_line
 from poslab.modalities.text.sources import SAMPLES, SOURCES, sample_records
 
-#: Of every ``HELD_OUT_EVERY`` documents of a part, the second-to-last is validation and the last is test.
+#: Of every ``HELD_OUT_EVERY`` documents (of a corpus, or of a streamed corpus's part), the second-to-last is
+#: validation and the last is test.
 HELD_OUT_EVERY = 20
 #: Documents in each held-out split (FineWeb-Edu's average ~1,000 tokens: ~100K tokens scored).
 HELD_OUT_DOCUMENTS = 100
@@ -57,10 +58,16 @@ class StreamedSplits:
         return "\n\n".join(taken)[:TOKENIZER_SAMPLE_CHARS]
 
 
+def split_of(index: int) -> str:
+    """``train``, ``val`` or ``test``: where the document read ``index``-th goes (:data:`HELD_OUT_EVERY`)."""
+    slot = index % HELD_OUT_EVERY
+    return "val" if slot == HELD_OUT_EVERY - 2 else "test" if slot == HELD_OUT_EVERY - 1 else "train"
+
+
 def training_documents(records: Iterator[dict], field_name: str, where: str) -> Iterator[str]:
-    """The training slots' documents of one part (every slot but the held-out two of each 20)."""
+    """The training slots' documents of one part."""
     for index, record in enumerate(records):
-        if index % HELD_OUT_EVERY < HELD_OUT_EVERY - 2:
+        if split_of(index) == "train":
             yield document_of(record, field_name, where)
 
 
@@ -68,9 +75,9 @@ def held_out_documents(records: Iterator[dict], field_name: str, where: str) -> 
     """(validation, test): the first :data:`HELD_OUT_DOCUMENTS` documents of each held-out slot of a part."""
     parts: dict[str, list[str]] = {"val": [], "test": []}
     for index, record in enumerate(records):
-        slot = index % HELD_OUT_EVERY
-        if slot >= HELD_OUT_EVERY - 2:
-            parts["val" if slot == HELD_OUT_EVERY - 2 else "test"].append(document_of(record, field_name, where))
+        split = split_of(index)
+        if split != "train":
+            parts[split].append(document_of(record, field_name, where))
         if min(map(len, parts.values())) >= HELD_OUT_DOCUMENTS:
             break
     if not parts["test"]:
