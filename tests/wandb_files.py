@@ -117,4 +117,6 @@ def read_offline_run(run_dir: str | Path) -> OfflineRun:
                 _set(out.config, item)
         elif kind == "run":
             out.run = record.run
+            for item in record.run.config.update:  # what wandb.init(config=…) set
+                _set(out.config, item)
     return out

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from poslab.study.dashboard import build_report, build_workspace, compare_summaries, main, plan_dashboard
@@ -33,7 +35,7 @@ def test_the_workspace_shows_the_comparisons_runs_grouped_with_its_headline_bars
     workspace = build_workspace(plan)
     assert (workspace.entity, workspace.project) == ("lab", "poslab")
     filters = workspace.runset_settings.filters  # W&B's filter expression
-    assert filters == "Metric(\"Tags\") in ['compare:20261201-101500-ab12']"
+    assert filters.startswith("Metric(\"Tags\") in ['compare:20261201-101500-ab12'] and Metric(\"JobType\") == 'train'")
     assert [g.name for g in workspace.runset_settings.groupby] == ["group"]  # one W&B group per encoder: seeds
     sections = {s.name: s.panels for s in workspace.sections}
     assert list(sections) == ["comparison", "training", "measured curves"]
@@ -85,3 +87,62 @@ def test_without_wandb_workspaces_it_names_the_extra(tmp_path, capsys, monkeypat
     monkeypatch.setitem(sys.modules, "wandb_workspaces", None)
     assert main(["20261201-101500-ab12", "--runs", str(tmp_path)]) == 2
     assert "pip install 'poslab[dashboard]'" in capsys.readouterr().err
+
+
+def _selected(tree, run: dict) -> bool:
+    """W&B's filter tree (``expr_to_filters``) applied to one run record, as the server reads it: ``run``
+    keys (tags, jobType) and ``config`` keys; AND / OR of items, ``IN`` and ``=``."""
+    if tree.op in ("AND", "OR"):
+        results = [_selected(f, run) for f in tree.filters]
+        return all(results) if tree.op == "AND" else any(results)
+    value = run[tree.key.section].get(tree.key.name)  # a key the run lacks matches nothing
+    if tree.op == "IN":
+        return bool(set(value) & set(tree.value)) if isinstance(value, list) else value in tree.value
+    assert tree.op == "=", tree.op
+    return value == tree.value
+
+
+def _record(offline_dir) -> dict:
+    """What W&B holds of a run for filtering, read from the files it wrote offline."""
+    from tests.wandb_files import read_offline_run
+
+    offline = read_offline_run(offline_dir)
+    return {"run": {"tags": list(offline.run.tags), "jobType": offline.run.job_type, "group": offline.run.run_group},
+            "config": offline.config}  # fmt: skip
+
+
+def test_the_dashboard_selects_the_comparisons_training_runs_and_no_eval_report_or_other_comparison(tiny):
+    """A comparison's run, an evaluation of its checkpoint at another image size (it inherits the tag), the
+    comparison's report run (tagged too) and a second comparison with other settings: the workspace's and
+    the report's filters, applied as W&B applies them, select the first run alone; the eval and the other
+    setting also stay out of its W&B group."""
+    from wandb_workspaces.expr import expr_to_filters
+
+    from poslab.config.composition import compose
+    from poslab.run.train import evaluate, train
+    from poslab.study.compare import log_report_run
+
+    wandb = [o for o in tiny if not o.startswith("logger=")] + ["logger=wandb", "logger.mode=offline",
+                                                                "logger.entity=lab"]  # fmt: skip
+    ours = train(compose([*wandb, "logger.tags=[compare:A]"]))
+    other = train(compose([*wandb, "logger.tags=[compare:B]", "model.dim=16", "run.name=other"]))
+    checkpoint = Path(ours["run_dir"]) / ours["checkpoints"]["best"]
+    evaluation = evaluate(checkpoint, ["data.image_size=56", "logger.mode=offline"])
+    retest = evaluate(checkpoint, ["logger.mode=offline"])  # its own setting: only the job type tells it apart
+    report_dir = log_report_run(compose([*wandb, "logger.tags=[compare:A]"]), "A", [Path(ours["run_dir"])])
+    runs = {
+        "ours": _record(ours["wandb"]["dir"]),
+        "eval": _record(evaluation["wandb"]["dir"]),
+        "retest": _record(retest["wandb"]["dir"]),
+        "other": _record(other["wandb"]["dir"]),
+        "report": _record(report_dir),
+    }
+    assert "compare:A" in runs["eval"]["run"]["tags"] and "compare:A" in runs["report"]["run"]["tags"]
+    plan = plan_dashboard("A", compare_summaries("A", [Path(ours["run_dir"]).parent]))
+    assert plan.runs == 1  # the evaluation's summary.json is no training run
+    for filters in (build_workspace(plan).runset_settings.filters, next(b for b in build_report(plan).blocks if isinstance(b, wr.PanelGrid)).runsets[0].filters):
+        tree = expr_to_filters(filters)
+        assert [name for name, record in runs.items() if _selected(tree, record)] == ["ours"]
+    groups = {name: record["run"]["group"] for name, record in runs.items()}
+    assert groups["ours"] == f"vision-classification-sincos2d-{plan.settings[0]}" and groups["eval"].endswith("-eval")
+    assert groups["retest"] == f"{groups['ours']}-eval" and len(set(groups.values())) == 5

@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from poslab.config.composition import compose
+from poslab.config.composition import compose, to_dict
 from poslab.run.train import train
 from poslab.track.loggers import resolve_wandb_mode
 
@@ -102,6 +102,26 @@ def test_wandb_groups_aggregate_seeds_per_experiment_and_encoder():
     assert wandb_group(compose(["experiment=needle", "logger.group=mine"])) == "mine"
 
 
+def test_a_group_names_its_setting_so_seeds_share_it_and_other_settings_or_evaluations_do_not():
+    """The setting hash leaves out the seed and what does not compute (where a run writes, how it logs: a
+    comparison's tag); any key a run computes with changes it. An evaluation's group says so."""
+    from poslab.run.policy import setting_hash
+    from poslab.track.loggers import flat_columns, wandb_group
+
+    def setting(*overrides):
+        return setting_hash(to_dict(compose(["encoder=rope2d", *overrides])))
+
+    base = setting("seed=0")
+    assert len(base) == 6 and all(c in "0123456789abcdef" for c in base)
+    assert setting("seed=7") == setting("run.name=x", "logger.tags=[compare:B]", "run.root=/elsewhere") == base
+    for other in ("model.dim=96", "data.image_size=56", "optim.lr=0.01", "trainer.max_epochs=2"):
+        assert setting(other) != base, other
+    cfg = compose(["encoder=rope2d"])
+    assert wandb_group(cfg, base) == f"vision-classification-rope2d-{base}"
+    assert wandb_group(cfg, base, "eval") == f"vision-classification-rope2d-{base}-eval"
+    assert flat_columns(cfg, base)["setting"] == base
+
+
 def test_online_w_and_b_that_cannot_start_falls_back_to_offline_once(tiny, monkeypatch, capsys):
     """Without credentials (or network) an online run logs offline with one line saying so and how to upload;
     the next run of the process (a comparison's) does not try again."""
@@ -111,9 +131,9 @@ def test_online_w_and_b_that_cannot_start_falls_back_to_offline_once(tiny, monke
     tried = []
     start = loggers._start_wandb
 
-    def counting(cfg, run_dir, run_name, job_type, wandb_id, mode):
-        tried.append(mode)
-        return start(cfg, run_dir, run_name, job_type, wandb_id, mode)
+    def counting(*args):
+        tried.append(args[-1])
+        return start(*args)
 
     monkeypatch.setattr(loggers, "_start_wandb", counting)
     first = wandb_run(tiny, "logger.mode=online", "run.name=first")

@@ -91,3 +91,9 @@ def config_hash(cfg: dict, ignore: tuple[str, ...] = ()) -> str:
         if isinstance(parent, dict):
             parent.pop(key, None)
     return hashlib.sha256(json.dumps(plain, sort_keys=True).encode()).hexdigest()[:10]
+
+
+def setting_hash(cfg: dict) -> str:
+    """What a run computes, its seed aside, in 6 hex digits: the seeds of one setting share it (their W&B group
+    and ``setting`` column), two comparisons with different settings do not."""
+    return config_hash(cfg, ignore=("run", "seed"))[:6]

@@ -40,7 +40,7 @@ from poslab.run.callbacks import (
     TrainingPosition,
 )
 from poslab.run.checkpoints import recorded_digest, verify_digest
-from poslab.run.policy import config_hash
+from poslab.run.policy import config_hash, setting_hash
 from poslab.run.presets import RunFacts, build_callbacks
 from poslab.run.resume import (
     FIT_RECORD,
@@ -124,7 +124,8 @@ class Run:
             if training:
                 self._record()
             try:
-                self.logger = build_logger(self.cfg, self.dir, self.logged_name, self.kind, wandb_id=self.wandb_id)
+                setting = setting_hash(to_dict(self.cfg))
+                self.logger = build_logger(self.cfg, self.dir, self.logged_name, self.kind, self.wandb_id, setting)
                 yield self
             except BaseException as exc:
                 if self.kind == "eval" or (_bad_input(exc) and not self.resuming):

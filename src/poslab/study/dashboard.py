@@ -1,8 +1,10 @@
 """``poslab dashboard COMPARE_ID``: a saved W&B workspace and a W&B Report for one comparison (online only).
 
 Built with ``wandb-workspaces`` (``pip install 'poslab[dashboard]'``) from the comparison's own
-``summary.json`` files: its runs are filtered by the comparison's tag (``compare:<id>``) and grouped by
-W&B group (one per encoder and variant, so seeds aggregate: mean ± std); bar charts of the modality's
+``summary.json`` files: its runs are selected by the comparison's tag (``compare:<id>``), the job type
+``train`` (an evaluation of one of its checkpoints and the comparison's report run carry the tag too) and
+the setting hashes of its own runs (``setting``: what a run computes, seed aside), and grouped by W&B
+group (one per encoder, variant and setting, so seeds aggregate: mean ± std); bar charts of the modality's
 headline metrics, the training curves, and every curve the runs measured against its own axis (loss
 against context length, accuracy against image size …). Saving needs W&B credentials and a server: without
 them the command says so in one line; :func:`build_workspace` and :func:`build_report` make the objects
@@ -20,6 +22,7 @@ from typing import Any
 
 from poslab.errors import PoslabError, first_line
 from poslab.modalities.registry import get_modality
+from poslab.run.policy import setting_hash
 from poslab.study.report import find_summaries
 from poslab.study.report_figures import VAL_CURVE
 
@@ -40,10 +43,15 @@ class DashboardPlan:
     training: list[str] = field(default_factory=list)  # step curves
     curves: dict[str, list[str]] = field(default_factory=dict)  # axis -> keys against it
     runs: int = 0
+    settings: list[str] = field(default_factory=list)  # the runs' setting hashes
 
     @property
     def tag(self) -> str:
         return f"compare:{self.compare_id}"
+
+    def filters(self, ws) -> list[Any]:
+        """Exactly the comparison's training runs: its tag, job type ``train``, its runs' settings."""
+        return [ws.Tags().isin([self.tag]), ws.Metric("JobType") == "train", ws.Config("setting").isin(self.settings)]
 
 
 def compare_summaries(compare_id: str, roots: Sequence[str | Path]) -> list:
@@ -60,7 +68,8 @@ def plan_dashboard(compare_id: str, summaries: Sequence, entity: str | None = No
     first = summaries[0]
     logger = first.config.get("logger", {})
     plan = DashboardPlan(compare_id, first.modality, entity or logger.get("entity"),
-                         project or logger.get("project") or "poslab", runs=len(summaries))  # fmt: skip
+                         project or logger.get("project") or "poslab", runs=len(summaries),
+                         settings=sorted({setting_hash(s.config) for s in summaries}))  # fmt: skip
     measured = {k for s in summaries for k in s.metrics}
     plan.bars = [m for m in get_modality(first.modality).headline if m in measured]
     logged = {k for s in summaries for k in s.history}
@@ -108,7 +117,7 @@ def build_workspace(plan: DashboardPlan):
         name=f"poslab {plan.modality} comparison {plan.compare_id}",
         sections=sections,
         runset_settings=ws.RunsetSettings(
-            filters=[ws.Tags().isin([plan.tag])],
+            filters=plan.filters(ws),
             groupby=[ws.Metric(GROUP)],
             pinned_columns=[f"summary:{m}" for m in plan.bars],
         ),
@@ -121,11 +130,11 @@ def build_report(plan: DashboardPlan):
     if not plan.entity:
         raise PoslabError("poslab dashboard needs a W&B entity: logger.entity in the runs, or --entity")
     runset = wr.Runset(entity=plan.entity, project=plan.project, name=plan.tag,
-                       filters=[ws.Tags().isin([plan.tag])], groupby=[GROUP])  # fmt: skip
+                       filters=plan.filters(ws), groupby=[GROUP])  # fmt: skip
     blocks: list[Any] = [
         wr.H1(text=f"{plan.modality}: comparison {plan.compare_id}"),
         wr.P(
-            text=f"{plan.runs} runs tagged {plan.tag}, grouped by encoder; bars and lines are means over seeds "
+            text=f"{plan.runs} training runs tagged {plan.tag}, grouped by encoder; bars and lines are means over seeds "
             "with their standard deviation."
         ),  # fmt: skip
     ]

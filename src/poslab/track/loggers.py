@@ -55,19 +55,24 @@ def resolve_wandb_mode(mode: str) -> str:
     return "online" if wandb_credentials_present() else "offline"
 
 
-def wandb_group(cfg: Any) -> str:
-    """One group per (modality, task, experiment, encoder, variant), so seeds aggregate in the dashboard
-    and two experiments of one encoder (``needle`` and ``copy`` are both text sequence tasks) do not mix."""
+def wandb_group(cfg: Any, setting: str = "", job_type: str = "train") -> str:
+    """One group per (modality, task, experiment, encoder, variant, setting), so seeds aggregate in the
+    dashboard while two experiments of one encoder (``needle`` and ``copy`` are both text sequence tasks), two
+    comparisons with different settings, and an evaluation of a run (``-eval``) each stay apart in W&B's
+    grouping. ``setting``: :func:`poslab.run.policy.setting_hash`."""
     if cfg.logger.group:
         return cfg.logger.group
     experiment = f"-{cfg.experiment}" if cfg.experiment else ""
     variant = f"-{cfg.variant}" if cfg.get("variant") else ""
-    return f"{cfg.modality}-{cfg.task.name}{experiment}-{cfg.encoder.name}{variant}"
+    suffix = "".join(f"-{part}" for part in (setting, "" if job_type == "train" else job_type) if part)
+    return f"{cfg.modality}-{cfg.task.name}{experiment}-{cfg.encoder.name}{variant}{suffix}"
 
 
-def flat_columns(cfg: Any) -> dict[str, Any]:
-    """The columns a W&B table of runs is sorted and grouped by."""
+def flat_columns(cfg: Any, setting: str = "") -> dict[str, Any]:
+    """The columns a W&B table of runs is sorted, grouped and filtered by (``setting``: what the run computes,
+    seed aside, as a hash; the dashboard selects a comparison's runs by it)."""
     return {
+        "setting": setting,
         "encoder": cfg.encoder.name,
         "modality": cfg.modality,
         "task": cfg.task.name,
@@ -78,11 +83,13 @@ def flat_columns(cfg: Any) -> dict[str, Any]:
     }
 
 
-def build_logger(cfg: Any, run_dir: Path, run_name: str, job_type: str = "train", wandb_id: str | None = None):
+def build_logger(
+    cfg: Any, run_dir: Path, run_name: str, job_type: str = "train", wandb_id: str | None = None, setting: str = ""
+):
     """The Lightning logger for ``cfg.logger`` (None for ``logger=none``).
 
     ``wandb_id``: the W&B run id, fixed when the run starts so that a resumed
-    run continues the same W&B run (``resume="allow"``).
+    run continues the same W&B run (``resume="allow"``); ``setting``: the run's setting hash (W&B group, column).
     """
     kind = cfg.logger.name
     if kind == "none":
@@ -100,7 +107,7 @@ def build_logger(cfg: Any, run_dir: Path, run_name: str, job_type: str = "train"
         raise ConfigError(f"WANDB_MODE={env} is not a W&B mode; valid: {', '.join(WANDB_MODES)}")
     mode = effective_wandb_mode(resolve_wandb_mode(cfg.logger.mode))
     logger, _ = start_run_with_fallback(
-        lambda m: _start_wandb(cfg, run_dir, run_name, job_type, wandb_id, m), mode, Path(run_dir) / "wandb"
+        lambda m: _start_wandb(cfg, run_dir, run_name, job_type, wandb_id, setting, m), mode, Path(run_dir) / "wandb"
     )
     return logger
 
@@ -142,7 +149,8 @@ def start_run_with_fallback(start, mode: str, folder: Path):
 QUIET_SETTINGS = {"quiet": True, "show_info": False}
 
 
-def _start_wandb(cfg: Any, run_dir: Path, run_name: str, job_type: str, wandb_id: str | None, mode: str):
+def _start_wandb(cfg: Any, run_dir: Path, run_name: str, job_type: str, wandb_id: str | None, setting: str,
+                 mode: str):  # fmt: skip
     """A started ``WandbLogger`` (``wandb.init`` bounded by :data:`INIT_TIMEOUT_S`)."""
     import wandb  # deferred: W&B, ~0.8 s
     from lightning.pytorch.loggers import WandbLogger  # deferred: Lightning, ~7 s
@@ -159,13 +167,13 @@ def _start_wandb(cfg: Any, run_dir: Path, run_name: str, job_type: str, wandb_id
         save_dir=str(run_dir),
         project=cfg.logger.project,
         entity=cfg.logger.entity,
-        group=wandb_group(cfg),
+        group=wandb_group(cfg, setting, job_type),
         job_type=job_type,
         tags=sorted(set(tags)),
         notes=cfg.logger.notes,
         log_model=cfg.logger.log_model and mode == "online",
         mode=mode,
-        config=flat_columns(cfg),
+        config=flat_columns(cfg, setting),
         settings=wandb_settings(),
         **({"id": wandb_id, "resume": "allow"} if wandb_id else {}),
     )
