@@ -15,7 +15,7 @@ from poslab.modalities.timeseries import report as timeseries_report
 from poslab.run.policy import config_hash
 from poslab.study import report_figures
 from poslab.study.compare import compare, plan
-from poslab.study.report import aggregate, build_report, find_summaries, group_runs
+from poslab.study.report import aggregate, build_report, check_expectations, find_summaries, group_runs
 from tests.wandb_files import read_offline_run
 
 
@@ -32,7 +32,24 @@ def fake_summary(root: Path, encoder: str, seed: int, metrics: dict, lr: float =
 def test_mean_and_std_over_seeds_are_exact():
     stat = aggregate([1.0, 2.0, 4.0])
     assert stat.mean == pytest.approx(7 / 3) and stat.std == pytest.approx(1.5275252316519468) and stat.n == 3
-    assert aggregate([]) is None and aggregate([2.0]).std == 0.0
+    assert aggregate([]) is None and aggregate([2.0]).std is None  # one seed: undefined, not 0
+    assert str(aggregate([2.0])) == "2.0000 (n=1)"
+
+
+def test_one_seed_has_no_standard_deviation_in_the_w_and_b_table_or_bars(tmp_path):
+    from poslab.study.compare import bar_series, wide_table
+
+    for seed, loss in ((0, 1.5), (1, 1.7)):
+        fake_summary(tmp_path, "alibi", seed, {"val/loss": loss})
+    fake_summary(tmp_path, "learned", 0, {"val/loss": 1.6})
+    groups = group_runs(find_summaries([tmp_path]))
+    header, rows = wide_table(groups)
+    std = header.index("val/loss std")
+    by_label = {row[0]: row for row in rows}
+    assert by_label["alibi"][std] == pytest.approx(0.1414213562) and by_label["learned"][std] is None
+    assert by_label["learned"][std + 1] == 1  # n
+    bars = {row[0]: row for row in bar_series(groups)["val/loss"]}
+    assert bars["learned"] == ["learned", 1.6, None, 1]
 
 
 def test_report_tables_curves_and_missing_metrics(tmp_path):
@@ -269,7 +286,7 @@ def test_report_states_whether_each_expectation_held_with_params_and_step_time(t
             payload["metrics"]["perf/train_step_ms"] = 20.0 + seed
             (run / "summary.json").write_text(json.dumps(payload))
     text = build_report([runs], tmp_path / "reports").read_text()
-    assert "**Expected outcome: did not hold.**" in text
+    assert "**Expected outcome: did not hold** (2 of 2 checks made)." in text
     assert f"| `{expect[0]}` | `alibi` | 1.5000 <= 1.5750 | yes |" in text
     assert f"| `{expect[1]}` | `rope` | 2.5000 < 1.5000 | **no** |" in text
     alibi_row = next(line for line in text.splitlines() if line.startswith("| `alibi` |"))
@@ -295,7 +312,6 @@ def test_expectations_are_the_newest_runs_or_the_ones_given_not_a_reused_runs_ol
 def test_variants_run_every_encoder_once_each_and_label_the_report(tmp_path):
     """compare_variants: the grid is encoder x variant x seed; reports label groups <encoder>/<variant> and
     check expectations that name them."""
-    from poslab.study.report import check_expectations
 
     grid = plan("text", None, 2, ["experiment=randomized_positions"])
     labels = [label for label, _, _ in grid]
@@ -391,3 +407,29 @@ def test_compare_encoders_all_takes_every_fitting_encoder_and_more_after_it(monk
     assert [label for label, _, _ in plan("vision", ["all"], 1, ["experiment=null"])] == ["none", "sincos2d"]
     in_yaml = ["experiment=null", "compare_encoders=all"]  # an experiment's `compare_encoders: all`
     assert [label for label, _, _ in plan("vision", None, 1, in_yaml)] == ["none", "sincos2d"]
+
+
+def test_a_report_lists_every_check_it_could_not_make_and_judges_only_those_it_made(tmp_path):
+    """Expectations about encoders the comparison did not run, and one whose metric no run reported, are listed
+    with why; the verdict counts the one check made, and says how many of the stated ones that is."""
+    runs = tmp_path / "runs"
+    expect = [
+        "alibi: lengen/loss@4x <= 1.05 * lengen/loss@1x",
+        "fire: lengen/loss@4x <= 1.05 * lengen/loss@1x",
+        "rope-none: lengen/loss@4x < 3",
+        "alibi: lengen/acc@4x > 0.5",
+    ]
+    run = fake_summary(runs, "alibi", 0, {"lengen/loss@1x": 1.5, "lengen/loss@4x": 1.5})
+    payload = json.loads((run / "summary.json").read_text())
+    payload["config"]["expect"] = expect
+    (run / "summary.json").write_text(json.dumps(payload))
+    text = build_report([runs], tmp_path / "reports").read_text()
+    assert "**Expected outcome: held** (1 of 4 checks made)." in text
+    assert f"| `{expect[0]}` | `alibi` | 1.5000 <= 1.5750 | yes |" in text
+    assert f"- `{expect[1]}`: no run of fire here" in text
+    assert f"- `{expect[2]}`: no run of rope-none here" in text
+    assert f"- `{expect[3]}` (`alibi`): lengen/acc@4x not reported" in text
+    rows = check_expectations(group_runs(find_summaries([runs])), expect)
+    assert [held for *_, held, _ in rows] == [True, None, None, None]
+    nothing = build_report([runs], tmp_path / "reports", expect={None: expect[1:3]}).read_text()
+    assert "**Expected outcome: not checked** (0 of 2 checks made)." in nothing

@@ -114,3 +114,44 @@ def test_a_run_made_before_a_key_existed_counts_as_the_run_its_default_makes():
     assert computed_hash(before) == computed_hash(today)
     assert computed_hash(to_dict(compose(["modality=text", "data.tokenizer=bpe"]))) != computed_hash(today)
     assert computed_hash({"modality": "gone"}) == computed_hash({"modality": "gone"})  # no longer valid: as stored
+
+
+def test_verdicts_come_from_a_comparisons_whole_grid_and_name_it(tmp_path, monkeypatch):
+    """``make docs`` checks an experiment on runs a comparison trained, its grid whole: a run trained on its own
+    (the same config, one seed) neither completes a grid nor replaces a comparison's run; the verdict names the
+    comparison and counts only the checks it made."""
+    import json
+
+    from poslab.config.composition import to_dict
+    from poslab.study.compare import plan
+
+    monkeypatch.chdir(tmp_path)
+    grid = plan("text", None, None, ["experiment=rope_extension"])
+    assert len(grid) == 6
+
+    def write(cfg, tags, loss, created="2026-12-01T10:00:00"):
+        config = to_dict(cfg)
+        config["logger"]["tags"] = tags
+        run = tmp_path / "runs" / "text" / f"{cfg.run.name}{'-own' if not tags else ''}"
+        run.mkdir(parents=True, exist_ok=True)
+        payload = {"kind": "train", "modality": "text", "encoder": cfg.encoder.name, "seed": cfg.seed,
+                   "config": config, "created": created, "metrics": {"lengen/loss@1x": loss}}  # fmt: skip
+        (run / "summary.json").write_text(json.dumps(payload))
+
+    *most, last = grid
+    for _label, _seed, cfg in most:
+        write(cfg, ["compare:C1"], 2.0)
+    expect = grid[0][2].expect
+    write(last[2], [], 2.0)  # trained on its own
+    assert docs.measured_verdicts("rope_extension", "text", list(expect), echo=lambda _: None) is None
+    write(last[2], ["compare:C2"], 2.0)
+    write(grid[0][2], [], 9.0, created="2026-12-02T10:00:00")  # a newer run of its own: not taken
+    said = []
+    record = docs.measured_verdicts("rope_extension", "text", list(expect), echo=said.append)
+    assert record["comparisons"] == ["C1", "C2"] and record["runs"] == 6
+    (line,) = said
+    assert line.startswith("poslab docs: rope_extension: ") and line.endswith("of comparison(s) C1, C2")
+    made = [e for e in record["expectations"] if e["held"] is not None]
+    assert f"{sum(e['held'] for e in made)} of {len(made)} checks held" in line
+    assert f"({len(record['expectations']) - len(made)} not checked)" in line
+    assert "of comparison C1, C2)" in docs.experiments_block({"rope_extension": record})

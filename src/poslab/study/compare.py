@@ -294,7 +294,8 @@ def cfg_logs_to_wandb(cfg) -> bool:
 
 def wide_table(groups) -> tuple[list[str], list[list[Any]]]:
     """A row per encoder (× variant): runs, parameters, step time, tokens/s and MFU, then mean / std / n of every
-    metric the report shows, and whether the expectations that apply to it held (True / False, None: not measured)."""
+    metric the report shows (std empty for one seed: undefined), and whether the expectations that apply to it held
+    (True / False, None: one could not be checked)."""
 
     columns = metric_columns(groups)
     verdicts: dict[str, list] = {}
@@ -313,7 +314,7 @@ def wide_table(groups) -> tuple[list[str], list[list[Any]]]:
         mine = verdicts.get(g.label, [])
         held = [h for _, h, _ in mine]
         row.append(None if not mine or None in held else all(held))
-        row.append("; ".join(f"{text}: {'held' if h else 'not measured' if h is None else 'did not hold'} ({d})"
+        row.append("; ".join(f"{text}: {'held' if h else 'not checked' if h is None else 'did not hold'} ({d})"
                              for text, h, d in mine))  # fmt: skip
         rows.append(row)
     return header, rows

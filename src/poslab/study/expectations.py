@@ -79,6 +79,7 @@ class Expectation:
         else:
             right = means.get(self.rhs_metric)
         if left is None or right is None:
-            return None, "missing metric"
+            missing = self.metric if left is None else self.rhs_metric
+            return None, f"{missing} not reported"
         bound = right * (self.factor or 1.0) if self.rhs_metric else right
         return OPS[self.op](left, bound), f"{left:.4f} {self.op} {bound:.4f}"

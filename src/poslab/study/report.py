@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class Stat:
     mean: float
-    std: float
+    std: float | None  # the sample standard deviation; undefined (None) for one run
     n: int
 
     def __str__(self) -> str:
@@ -39,7 +39,7 @@ class Stat:
 
 
 def aggregate(values: Sequence[float]) -> Stat | None:
-    """Mean ± sample standard deviation over seeds (0 for a single run); None when empty."""
+    """Mean ± sample standard deviation over seeds (None for a single run: undefined); None when empty."""
     import pandas as pd  # deferred: pandas, ~0.4 s
 
     stats = _stats(pd.DataFrame({"value": pd.Series(values, dtype="float64")}))
@@ -55,7 +55,7 @@ def _stat(stats, key: str) -> Stat | None:
     if key not in stats.index or not stats.at[key, "count"]:
         return None
     n = int(stats.at[key, "count"])
-    return Stat(float(stats.at[key, "mean"]), float(stats.at[key, "std"]) if n > 1 else 0.0, n)
+    return Stat(float(stats.at[key, "mean"]), float(stats.at[key, "std"]) if n > 1 else None, n)
 
 
 @dataclass
@@ -164,7 +164,9 @@ def check_expectations(
     groups: Sequence[Group], stated: Sequence[str] | None = None
 ) -> list[tuple[str, str, bool | None, str]]:
     """(expectation, encoder, held, detail) for the ``stated`` expectations (default: those the newest run's
-    config states; a run reused from before its experiment's YAML changed carries the old ones)."""
+    config states; a run reused from before its experiment's YAML changed carries the old ones). ``held`` is
+    None for a check that could not be made, and ``detail`` says why: an expectation about encoders that did
+    not run here is one such row (encoder ``—``), never dropped."""
 
     if stated is None:
         newest = max((r for g in groups for r in g.runs), key=lambda r: str(r.get("created") or ""), default=None)
@@ -173,23 +175,41 @@ def check_expectations(
     rows = []
     for text in stated:
         expectation = Expectation.parse(text)
-        for g in groups:
-            if expectation.applies_to(g.label):
-                held, detail = expectation.check(means[g.label], means)
-                rows.append((text, g.label, held, detail))
+        applying = [g for g in groups if expectation.applies_to(g.label)]
+        if not applying:
+            rows.append((text, "—", None, f"not checked: no run of {text.split(':')[0].strip()} here"))
+        for g in applying:
+            held, detail = expectation.check(means[g.label], means)
+            rows.append((text, g.label, held, detail if held is not None else f"not checked: {detail}"))
     return rows
 
 
+def verdict(rows: Sequence[tuple[str, str, bool | None, str]]) -> str:
+    """Over the checks made (a check that could not be made counts for nothing): ``held``, ``did not hold``, or
+    ``not checked`` when none could be made."""
+    made = [held for _, _, held, _ in rows if held is not None]
+    return "not checked" if not made else "held" if all(made) else "did not hold"
+
+
 def expectation_section(groups: Sequence[Group], stated: Sequence[str] | None = None) -> list[str]:
+    """The verdict over the checks made, how many of the stated ones those are, a table of them, and every
+    check that could not be made with why."""
     rows = check_expectations(groups, stated)
     if not rows:
         return []
-    verdicts = [held for *_, held, _ in rows]
-    overall = "held" if all(v is True for v in verdicts) else "did not hold" if False in verdicts else "incomplete"
-    marks = {True: "yes", False: "**no**", None: "—"}
-    cells = [[f"`{text}`", f"`{label}`", detail, marks[held]] for text, label, held, detail in rows]
-    header = ["expectation", "encoder", "values", "held"]
-    return [f"**Expected outcome: {overall}.**", "", *markdown_table(header, cells), ""]
+    made = [r for r in rows if r[2] is not None]
+    unmade = [r for r in rows if r[2] is None]
+    lines = [f"**Expected outcome: {verdict(rows)}** ({len(made)} of {len(rows)} checks made).", ""]
+    if made:
+        marks = {True: "yes", False: "**no**"}
+        cells = [[f"`{text}`", f"`{label}`", detail, marks[held]] for text, label, held, detail in made]
+        lines += [*markdown_table(["expectation", "encoder", "values", "held"], cells), ""]
+    if unmade:
+        lines += ["Not checked, so not counted in the verdict:", ""]
+        lines += [f"- `{text}`" + (f" (`{label}`)" if label != "—" else "") + f": {detail.removeprefix('not checked: ')}"
+                  for text, label, _, detail in unmade]  # fmt: skip
+        lines.append("")
+    return lines
 
 
 def unique_dir(parent: Path, stem: str) -> Path:

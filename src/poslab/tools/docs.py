@@ -129,18 +129,29 @@ def computed_hash(stored: dict) -> str:
     return config_hash(stored, ignore=("run",))
 
 
+def comparison_ids(summary: dict) -> list[str]:
+    """The comparisons (``compare:<id>`` tags) a run was trained in; none for a run trained on its own."""
+    tags = (summary.get("config") or {}).get("logger", {}).get("tags") or []
+    return [t.removeprefix("compare:") for t in tags if str(t).startswith("compare:")]
+
+
 def measured_verdicts(
     name: str, modality: str, expect: list[str], echo: Callable[[str], None] = print
 ) -> dict[str, Any] | None:
     """The experiment's expectations (as its YAML states them now) checked on its grid's runs under the run
-    root, or None when a run of the grid (as the configs compose it now) is missing. A run counts by what it
-    computes (its config's hash), not by its folder's name: one made with ``data.root=../shared/data``, or
-    before a YAML stopped restating a default, is the same run."""
+    root, or None when a run of the grid (as the configs compose it now) is missing. Only runs a comparison
+    trained count (a run trained on its own, one seed of a setting, does not), and the verdict names the
+    comparisons it took. A run counts by what it computes (its config's hash), not by its folder's name: one
+    made with ``data.root=../shared/data``, or before a YAML stopped restating a default, is the same run."""
     grid = plan(modality, None, None, [f"experiment={name}"])
-    finished = {}
+    finished: dict[str, dict] = {}
     for path in sorted((Path(grid[0][2].run.root) / modality).glob("*/summary.json")):
         summary = read_summary(path)
-        finished[computed_hash(summary["config"])] = summary
+        if not comparison_ids(summary):
+            continue
+        key = computed_hash(summary["config"])
+        if str(summary.get("created", "")) >= str(finished.get(key, {}).get("created", "")):
+            finished[key] = summary  # the newest of two runs of one config
     summaries = []
     for _label, _seed, cfg in grid:
         found = finished.get(config_hash(to_dict(cfg), ignore=("run",)))
@@ -149,10 +160,15 @@ def measured_verdicts(
         summaries.append(found)
     rows = check_expectations(group_runs(summaries), expect)
     dates = sorted(str(s.get("created", ""))[:10] for s in summaries)
-    echo(f"poslab docs: {name}: {sum(r[2] is True for r in rows)} of {len(rows)} expectations held")
+    comparisons = sorted({c for s in summaries for c in comparison_ids(s)[-1:]})  # the one that trained each
+    made = [r for r in rows if r[2] is not None]
+    echo(f"poslab docs: {name}: {sum(r[2] is True for r in made)} of {len(made)} checks held "
+         f"({len(rows) - len(made)} not checked), from the {len(summaries)} runs of comparison(s) "
+         f"{', '.join(comparisons)}")  # fmt: skip
     return {
         "measured": dates[-1] if dates else str(date.today()),
         "runs": len(summaries),
+        "comparisons": comparisons,
         "expectations": [{"expect": t, "encoder": e, "held": h, "values": v} for t, e, h, v in rows],
     }
 
@@ -243,7 +259,8 @@ def experiments_block(verdicts: dict[str, Any]) -> str:
         for text in spec["expect"]:
             held = [h for (t, _encoder), h in checked.items() if t == text]
             lines.append(f"{cell(text)} {verdict_mark(held)}")
-        when = f" ({record['measured']}, {record['runs']} runs)" if record else ""
+        taken = f" of comparison {', '.join(record['comparisons'])}" if record.get("comparisons") else ""
+        when = f" ({record['measured']}, {record['runs']} runs{taken})" if record else ""
         rows.append(
             [
                 f"`{name}`",
