@@ -3,6 +3,8 @@ PYTHON   ?= python3
 VENV     ?= .venv
 BIN      := $(VENV)/bin
 MODALITY ?= vision
+# a grid of an experiment takes the experiment's modality unless MODALITY is given
+GRID_MODALITY = $(if $(and $(findstring experiment=,$(ARGS)),$(filter file,$(origin MODALITY))),,modality=$(MODALITY))
 ENCODER  ?=
 ARGS     ?=
 CKPT     ?=
@@ -82,7 +84,7 @@ generate: ## continue a prompt with a text checkpoint: CKPT=runs/text/<run>/chec
 	$(BIN)/poslab generate ckpt=$(CKPT) $(ARGS)
 
 compare: ## every encoder x SEEDS (default: the experiment's, 3), then a report: MODALITY=text ENCODERS="alibi rope" SEEDS=3 ARGS="experiment=..."
-	$(BIN)/poslab compare modality=$(MODALITY) $(if $(ENCODERS),encoders=[$(subst $(space),$(comma),$(strip $(ENCODERS)))]) $(if $(SEEDS),seeds=$(SEEDS)) $(ARGS)
+	$(BIN)/poslab compare $(GRID_MODALITY) $(if $(ENCODERS),encoders=[$(subst $(space),$(comma),$(strip $(ENCODERS)))]) $(if $(SEEDS),seeds=$(SEEDS)) $(ARGS)
 
 report: ## Markdown + PNG report from the runs' summary.json files (DIRS="runs/text")
 	$(BIN)/poslab report $(or $(DIRS),runs)
@@ -117,7 +119,7 @@ gpu-wheels: ## wheels for make gpu-check on a GPU machine with PyTorch but no pa
 	@echo "there: pip install --no-index --no-deps --target /tmp/site $(GPU_WHEELS)/*.whl && PYTHONPATH=/tmp/site make gpu-check"
 
 sweep: ## print a W&B grid sweep of what `make compare` would run: MODALITY=text ARGS="experiment=needle" > sweep.yaml
-	@$(BIN)/poslab sweep modality=$(MODALITY) $(if $(ENCODERS),encoders=[$(subst $(space),$(comma),$(strip $(ENCODERS)))]) $(if $(SEEDS),seeds=$(SEEDS)) $(ARGS)
+	@$(BIN)/poslab sweep $(GRID_MODALITY) $(if $(ENCODERS),encoders=[$(subst $(space),$(comma),$(strip $(ENCODERS)))]) $(if $(SEEDS),seeds=$(SEEDS)) $(ARGS)
 
 new-encoder: ## stub files for a new encoder: NAME=myenc HOOK=encode_input|rotate|attention_bias|relative_bias|content_bias [READS=steps]
 	@test -n "$(NAME)" -a -n "$(HOOK)" || { echo "make new-encoder needs NAME=<name> HOOK=<hook>" >&2; exit 2; }

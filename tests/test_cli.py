@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import sys
 
@@ -10,6 +11,7 @@ import torch
 
 from poslab.cli import main
 from poslab.encoders import available_encoders
+from poslab.errors import PoslabError
 from poslab.modalities import available_modalities
 from tests.config.test_compose import steps_modalities
 
@@ -35,10 +37,25 @@ def run_cli(capsys, *argv):
 
 
 def test_a_comparison_of_an_experiment_takes_the_modality_its_defaults_name():
-    from poslab.cli import experiments_modality
+    from poslab.study.arguments import parse_grid_arguments
 
-    assert experiments_modality(["seeds=1", "experiment=bpe_lengen"]) == "text"
-    assert experiments_modality(["experiment=motion"]) == "video"
+    grid = parse_grid_arguments(["seeds=1", "experiment=bpe_lengen", "encoders=rope"], "poslab compare")
+    assert (grid.modality, grid.seeds, grid.encoders, grid.overrides) == ("text", 1, ["rope"], ["experiment=bpe_lengen"])
+    assert parse_grid_arguments(["experiment=motion"], "poslab sweep").modality == "video"
+    given = parse_grid_arguments(["modality=vision", "encoders=[a,b]", "workers=2", "worker=1/2"], "x", ("workers", "worker"))
+    assert (given.modality, given.encoders, given.extra) == ("vision", ["a", "b"], {"workers": 2, "worker": "1/2"})
+    with pytest.raises(PoslabError, match=r"^poslab sweep needs modality=<name> \(or an experiment= whose"):
+        parse_grid_arguments(["seeds=2"], "poslab sweep")
+
+
+@pytest.mark.parametrize("command", ["compare", "sweep"])
+def test_compare_and_sweep_help_list_their_own_keys(capsys, command):
+    with contextlib.suppress(SystemExit):
+        assert main([command, "--help"]) == 0
+    out = capsys.readouterr().out
+    for key in ("modality=", "experiment=", "encoders=", "seeds=", "key=value"):
+        assert f"\n  {key}" in out, key
+    assert ("workers=" in out) == (command == "compare")
 
 
 @pytest.mark.parametrize(

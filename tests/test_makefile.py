@@ -32,6 +32,15 @@ def test_compare_and_report_pass_their_variables():
     assert make("-n", "compare", "MODALITY=video").stdout.split() == [".venv/bin/poslab", "compare", "modality=video"]
 
 
+def test_a_grid_of_an_experiment_takes_its_modality_unless_one_is_given():
+    """The README's `make compare ARGS="experiment=<name>"`: no default modality beside a text experiment."""
+    for target in ("compare", "sweep"):
+        assert make("-n", target, "ARGS=experiment=needle").stdout.split()[1:] == [target, "experiment=needle"]
+        given = make("-n", target, "MODALITY=text", "ARGS=experiment=needle").stdout.split()[1:]
+        assert given == [target, "modality=text", "experiment=needle"]
+        assert make("-n", target).stdout.split()[1:] == [target, "modality=vision"]  # no experiment: the default
+
+
 def test_new_encoder_passes_name_hook_and_field_and_needs_both():
     out = make("-n", "new-encoder", "NAME=fire", "HOOK=relative_bias", "READS=steps")
     assert out.stdout.splitlines()[-1].split() == [

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from poslab import interrupts
 from poslab.errors import ConfigError, PoslabError, RunInterrupted, os_error_line
 from poslab.run import denormals
+from poslab.study.arguments import grid_help, parse_grid_arguments
 from poslab.study.dashboard import main as dashboard_main
 from poslab.study.grid import parse_worker
 from poslab.study.report import build_report
@@ -51,6 +52,14 @@ def lightning_cli_form(arg: str) -> str:
 
 
 #: The commands that take ``key=value`` overrides.
+COMPARE_WHAT = (
+    "Train every encoder x seed of the grid (each run once: a rerun skips finished runs and continues interrupted "
+    "ones), then write a Markdown report and, with W&B, a report run; every run is tagged compare:<id>."
+)
+COMPARE_KEYS = {
+    "workers": "train the grid in N processes of this machine (one report)",
+    "worker": "be worker I of N independent jobs (a SLURM array: worker=$SLURM_ARRAY_TASK_ID/N)",
+}
 OVERRIDING = ("train", "eval", "generate", "compare", "sweep", "prepare")
 #: Hydra keys and what poslab calls them (docs/configuration.md, "Coming from Hydra or LightningCLI").
 HYDRA_KEYS = {
@@ -107,7 +116,11 @@ def build_parser() -> argparse.ArgumentParser:
     preparing = sub.add_parser("prepare", help="tokenize a corpus into streamed shards once: [key=value ...] as train")
     preparing.add_argument("overrides", nargs="*", metavar="key=value")
     comparing = sub.add_parser(
-        "compare", help="every encoder x seeds, then a report: modality=M [encoders=[a,b]] [seeds=3] [key=value ...]"
+        "compare",
+        help="every encoder x seeds, then a report: [modality=M] [experiment=X] [encoders=[a,b]] [seeds=3] [key=value]",
+        usage=argparse.SUPPRESS,
+        description=grid_help("poslab compare", COMPARE_WHAT, COMPARE_KEYS),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     comparing.add_argument("overrides", nargs="*", metavar="key=value")
     reporting = sub.add_parser("report", help="a Markdown + PNG report from the summary.json files under DIRs")
@@ -120,7 +133,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("show", help="draw what an encoder does: ENCODER [key=value ...] [--modality --length --out --json]")
     sub.add_parser("new", help="stub files: encoder NAME --hook HOOK [--reads F] | dataset NAME --modality M")
     sub.add_parser("dashboard", help="save a W&B workspace + report for one comparison (online): COMPARE_ID")
-    sub.add_parser("sweep", help="print a W&B grid sweep: modality=M [experiment=X] [encoders=[a,b]] [seeds=N]")
+    sub.add_parser("sweep", help="print a W&B grid sweep: [modality=M] [experiment=X] [encoders=[a,b]] [seeds=N]")
     return parser
 
 
@@ -240,45 +253,18 @@ def _compare(args: argparse.Namespace) -> int:
 
 
 def _compare_grid(args: argparse.Namespace) -> int:
-    from omegaconf import OmegaConf  # deferred: OmegaConf, 0.1 s of `poslab --help`'s 0.13 s
-
     from poslab.study.compare import compare  # deferred: torch (the encoders), ~2.4 s
 
-    special, overrides = {}, []
-    for item in args.overrides:
-        key, _, value = item.partition("=")
-        if key in ("modality", "encoders", "seeds", "workers", "worker"):
-            special[key] = (
-                value if key == "worker" else OmegaConf.to_container(OmegaConf.from_dotlist([f"_={value}"]))["_"]
-            )
-        else:
-            overrides.append(item)
-    if "modality" not in special:
-        special["modality"] = experiments_modality(overrides)
-    if "workers" in special:
-        count = special["workers"]
-        if not isinstance(count, int) or isinstance(count, bool) or count < 1 or "worker" in special:
+    grid = parse_grid_arguments(args.overrides, "poslab compare", own=("workers", "worker"))
+    if "workers" in grid.extra:
+        count = grid.extra["workers"]
+        if not isinstance(count, int) or isinstance(count, bool) or count < 1 or "worker" in grid.extra:
             raise PoslabError(f"workers={count!r} must be a number of processes >= 1 (and not given with worker=)")
         if count > 1:
             return run_workers([a for a in args.overrides if not a.startswith("workers=")], count)
-    worker = parse_worker(special["worker"]) if "worker" in special else None
-    encoders = special.get("encoders")
-    if isinstance(encoders, str):
-        encoders = [encoders]
-    seeds = int(special["seeds"]) if "seeds" in special else None  # None: the experiment's compare_seeds
-    result = compare(special["modality"], encoders, seeds, overrides, worker=worker)
+    worker = parse_worker(grid.extra["worker"]) if "worker" in grid.extra else None
+    result = compare(grid.modality, grid.encoders, grid.seeds, grid.overrides, worker=worker)
     return 1 if any(o.status == "failed" for o in result["outcomes"]) else 0
-
-
-def experiments_modality(overrides: list[str]) -> str:
-    """The modality an ``experiment=`` names in its defaults (a comparison needs no ``modality=`` beside it)."""
-    from poslab.config.composition import load_group  # deferred: torch (composing reads the encoders), ~2.6 s
-
-    names = [item.partition("=")[2] for item in overrides if item.startswith("experiment=")]
-    modality = (load_group("experiment", names[-1]).get("defaults") or {}).get("modality") if names else None
-    if not modality:
-        raise PoslabError("poslab compare needs modality=<name> (or an experiment= whose defaults name one)")
-    return str(modality)
 
 
 def _report_cmd(args: argparse.Namespace) -> int:

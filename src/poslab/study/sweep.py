@@ -1,4 +1,4 @@
-"""``poslab sweep modality=M [experiment=X] [encoders=[a,b]] [seeds=N]``: a W&B grid sweep, printed as YAML.
+"""``poslab sweep [modality=M] [experiment=X] [encoders=[a,b]] [seeds=N]``: a W&B grid sweep, printed as YAML.
 
 The grid is what ``poslab compare`` would run — the experiment's
 ``compare_encoders`` or every registered encoder that fits the modality, times
@@ -14,6 +14,7 @@ from typing import Any
 
 from poslab import __name__ as package
 from poslab.errors import ConfigError, PoslabError
+from poslab.study.arguments import grid_help, parse_grid_arguments
 from poslab.tasks import task_class
 
 
@@ -66,23 +67,22 @@ def sweep_and_left_out(modality: str, encoders: list[str] | None = None, seeds: 
     return sweep, own
 
 
+SWEEP_WHAT = (
+    "Print the W&B grid sweep of what `poslab compare` would run with the same arguments, as YAML: "
+    "`poslab sweep experiment=needle > sweep.yaml; wandb sweep sweep.yaml; wandb agent <id>`."
+)
+
+
 def main(argv: list[str] | None = None) -> int:
     from omegaconf import OmegaConf  # deferred: OmegaConf, 0.1 s of `poslab --help`'s 0.13 s
 
-    special, overrides = {}, []
-    for item in argv or []:
-        key, _, value = item.partition("=")
-        if key in ("modality", "encoders", "seeds"):
-            special[key] = OmegaConf.to_container(OmegaConf.from_dotlist([f"_={value}"]))["_"]
-        else:
-            overrides.append(item)
+    argv = list(argv or [])
+    if {"-h", "--help"} & set(argv):
+        print(grid_help("poslab sweep", SWEEP_WHAT))
+        return 0
     try:
-        if "modality" not in special:
-            raise PoslabError("poslab sweep needs modality=<name>")
-        encoders = special.get("encoders")
-        encoders = [encoders] if isinstance(encoders, str) else encoders
-        seeds = int(special["seeds"]) if "seeds" in special else None
-        config, left_out = sweep_and_left_out(special["modality"], encoders, seeds, overrides)
+        grid = parse_grid_arguments(argv, "poslab sweep")
+        config, left_out = sweep_and_left_out(grid.modality, grid.encoders, grid.seeds, grid.overrides)
     except PoslabError as exc:
         print(f"poslab sweep: error: {exc}", file=sys.stderr)
         return 2
