@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -72,13 +74,15 @@ def test_a_sweep_is_the_comparison_grid_with_the_tasks_metric(capsys):
     assert vision["parameters"]["experiment"] == {"value": "resolution"}
     assert vision["parameters"]["seed"]["values"] == [0, 1, 2]
     assert vision["metric"] == {"name": "val/acc_best", "goal": "maximize"}  # a plain number in W&B's summary
-    assert vision["command"] == [sys.executable, "-m", "poslab", "train", "${args_no_hyphens}"]
+    assert vision["command"] == ["${env}", "${interpreter}", "-m", "poslab", "train", "${args_no_hyphens}"]
     assert vision["project"] == "poslab" and "entity" not in vision
     assert sweep_config("vision", overrides=["logger.entity=lab"])["entity"] == "lab"
-    text = sweep_config("text", ["rope", "alibi"], 2, ["trainer.max_steps=100"])
+    text = sweep_config("text", ["rope", "alibi"], 2, ["trainer.max_steps=100", "optim.lr=1e-5", "logger.notes=123"])
     assert text["parameters"]["encoder"]["values"] == ["rope", "alibi"]
     assert text["metric"] == {"name": "val/loss_best", "goal": "minimize"}
-    assert text["parameters"]["trainer.max_steps"] == {"value": "100"}
+    assert text["parameters"]["trainer.max_steps"] == {"value": 100}  # typed as the config types it
+    assert text["parameters"]["optim.lr"] == {"value": 1e-5}
+    assert text["parameters"]["logger.notes"] == {"value": "123"}  # a string that would read back as a number
     assert text["parameters"]["seed"]["values"] == [0, 1]
     assert main(["sweep", "modality=timeseries"]) == 0
     printed = OmegaConf.create(capsys.readouterr().out)
@@ -138,24 +142,32 @@ def test_resolution_probe_reports_raw_and_rescaled_accuracy(tiny):
 
 
 @pytest.mark.slow
-def test_a_sweep_file_loads_as_wandb_loads_it_and_its_command_runs_without_an_activated_venv(tmp_path, capsys):
-    """What ``wandb sweep`` reads (its own loader), and the command its agent builds: the macro replaced by
-    one grid point's ``key=value`` arguments, run with no venv on PATH."""
-    from wandb.sdk.launch.sweeps.utils import load_sweep_config
+def test_a_sweep_file_loads_as_wandb_loads_it_and_an_agent_elsewhere_runs_its_command(tmp_path, capsys):
+    """What ``wandb sweep`` reads (its own loader), and the command its agent builds with W&B's own argument
+    formatting: ``/usr/bin/env python -m poslab train key=value …`` with the ``python`` of the agent's PATH
+    (no path of this machine in the file), values typed, and the trials tagged for ``poslab dashboard``."""
+    from wandb.sdk.launch.sweeps.utils import create_sweep_command_args, load_sweep_config
 
     from poslab.cli import main
 
-    assert main(["sweep", "modality=vision", "logger.project=mine"]) == 0
+    assert main(["sweep", "modality=vision", "logger.project=mine", "trainer.max_epochs=2", "optim.lr=1e-5"]) == 0
+    out, err = capsys.readouterr()
     path = tmp_path / "sweep.yaml"
-    path.write_text(capsys.readouterr().out)
+    path.write_text(out)
+    assert sys.executable not in out and str(Path.cwd()) not in out
+    sweep_id = re.search(r"tagged compare:(sweep-\S+);", err).group(1)
     config = load_sweep_config(str(path))
     assert config["project"] == "mine" and config["method"] == "grid" and config["program"] == "poslab"
-    point = {k: v.get("value", (v.get("values") or [None])[0]) for k, v in config["parameters"].items()}
-    args = [f"{k}={v}" for k, v in point.items()]
-    command = [a for c in config["command"] for a in (args if c == "${args_no_hyphens}" else [c])]
-    env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PATH")} | {"PATH": "/usr/bin:/bin"}
-    out = subprocess.run([*command[:-len(args)], "--print-config", *args], capture_output=True, text=True, env=env,
+    point = {k: {"value": v.get("value", (v.get("values") or [None])[-1])} for k, v in config["parameters"].items()}
+    macros = create_sweep_command_args({"args": point}) | {"env": ["/usr/bin/env"], "interpreter": ["python"]}
+    command = [a for c in config["command"] for a in macros.get(c[2:-1], [c])]  # as wandb's agent replaces them
+    assert command[:5] == ["/usr/bin/env", "python", "-m", "poslab", "train"]
+    agent_path = f"{Path(sys.executable).parent}:/usr/bin:/bin"  # the agent's environment, activated
+    env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PATH")} | {"PATH": agent_path}
+    out = subprocess.run([*command[:5], "--print-config", *command[5:]], capture_output=True, text=True, env=env,
                          timeout=120)  # fmt: skip
     assert out.returncode == 0, out.stderr
-    assert "experiment: resolution" in out.stdout and f"name: {point['encoder']}" in out.stdout
-    assert "project: mine" in out.stdout
+    printed = OmegaConf.create(out.stdout)
+    assert printed.experiment == "resolution" and printed.encoder.name == point["encoder"]["value"]
+    assert printed.logger.project == "mine" and f"compare:{sweep_id}" in printed.logger.tags
+    assert printed.trainer.max_epochs == 2 and printed.optim.lr == 1e-5

@@ -154,3 +154,26 @@ def test_an_unknown_wandb_mode_in_the_environment_is_one_line(tiny, monkeypatch,
     err = capsys.readouterr().err
     assert err == "poslab: error: WANDB_MODE=bogus is not a W&B mode; valid: online, offline, disabled\n"
     assert not list((tmp_path / "vision").iterdir())  # nothing left behind
+
+
+def test_a_sweep_trial_is_the_agents_w_and_b_run_and_resumed_it_stays_so(tiny, monkeypatch):
+    """Under ``wandb agent`` (``WANDB_SWEEP_ID`` and ``WANDB_RUN_ID`` in the trial's environment) the run's
+    W&B id is the agent's: ``run.json`` and the W&B run agree, and resuming the trial later logs to that run."""
+    import json
+
+    from tests.wandb_files import read_offline_run
+
+    monkeypatch.setenv("WANDB_SWEEP_ID", "abcd1234")
+    monkeypatch.setenv("WANDB_RUN_ID", "trial777")
+    first = wandb_run(tiny, "logger.mode=offline", "trainer.max_epochs=1", "run.checkpoint_every_n_steps=1")
+    run_dir = Path(first["run_dir"])
+    assert json.loads((run_dir / "run.json").read_text())["wandb_id"] == "trial777"
+    assert read_offline_run(first["wandb"]["dir"]).run.run_id == "trial777"
+    monkeypatch.delenv("WANDB_SWEEP_ID")
+    monkeypatch.delenv("WANDB_RUN_ID")
+    (run_dir / "summary.json").unlink()  # as if the trial had been stopped after its checkpoint
+    resumed = wandb_run(tiny, "logger.mode=offline", f"resume={run_dir}", "trainer.max_epochs=2",
+                        "run.checkpoint_every_n_steps=1")  # fmt: skip
+    assert read_offline_run(resumed["wandb"]["dir"]).run.run_id == "trial777"
+    outside = wandb_run(tiny, "logger.mode=offline", "run.name=alone")
+    assert json.loads((Path(outside["run_dir"]) / "run.json").read_text())["wandb_id"] != "trial777"

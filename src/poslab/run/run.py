@@ -58,6 +58,7 @@ from poslab.track.loggers import (
     finish_logger,
     log_final,
     resolve_wandb_mode,
+    sweep_run_id,
     wandb_info,
 )
 from poslab.track.summary import RunSummary
@@ -135,13 +136,13 @@ class Run:
                 finish_logger(self.logger)
 
     def _record(self) -> None:
-        """The W&B run id: a resumed run's own, a launch's derived from its directory (every rank, every requeue),
-        else a fresh one; rank 0 of a new run writes ``config.yaml`` and ``run.json``."""
+        """The W&B run id: a resumed run's own, a sweep trial's the agent's, a launch's derived from its directory
+        (every rank, every requeue), else a fresh one; rank 0 of a new run writes ``config.yaml`` and ``run.json``."""
         if self.resuming:
             self.wandb_id = read_record(self.dir).get("wandb_id")
             return
         local = cluster.current().kind == "local"
-        self.wandb_id = secrets.token_hex(4) if local else launch_wandb_id(self.dir)
+        self.wandb_id = sweep_run_id() or (secrets.token_hex(4) if local else launch_wandb_id(self.dir))
         if not cluster.is_child_rank():
             write_record(self.dir, self.cfg, self.wandb_id)
 

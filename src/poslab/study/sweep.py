@@ -4,12 +4,15 @@ The grid is what ``poslab compare`` would run — the experiment's
 ``compare_encoders`` or every registered encoder that fits the modality, times
 ``compare_seeds`` — so a new encoder joins the sweeps with no edit. The
 metric is the best score of the metric the task picks its best checkpoint by (``val/acc_best``); each agent
-call runs ``<this interpreter> -m poslab train key=value …``, into the logger's project (and entity).
+call runs ``python -m poslab train key=value …`` with the agent's ``python`` (values typed as the config types
+them), into the logger's project (and entity), and the trial's run is the agent's (its id in ``run.json``).
 """
 
 from __future__ import annotations
 
+import secrets
 import sys
+import time
 from typing import Any
 
 from poslab import __name__ as package
@@ -25,9 +28,11 @@ def sweep_config(modality: str, encoders: list[str] | None = None, seeds: int | 
 
 
 def sweep_and_left_out(modality: str, encoders: list[str] | None = None, seeds: int | None = None,
-                       overrides: list[str] | tuple[str, ...] = ()) -> tuple[dict[str, Any], list[str]]:  # fmt: skip
+                       overrides: list[str] | tuple[str, ...] = (), sweep_id: str = "") -> tuple[dict[str, Any], list[str]]:  # fmt: skip
     """The sweep, and the encoders' own variants (``mrope/interleaved``) it leaves out: a grid sweep sets one
-    value per parameter, and an own variant is its encoder with other options."""
+    value per parameter, and an own variant is its encoder with other options. Its trials are tagged
+    ``compare:<sweep_id>`` (default: a new id), so ``poslab dashboard <sweep_id>`` finds them as a comparison's."""
+    sweep_id = sweep_id or new_sweep_id()
     from poslab.study.compare import plan  # deferred: torch (the encoders), ~2.4 s
 
     grid = plan(modality, encoders, seeds, list(overrides))
@@ -46,8 +51,9 @@ def sweep_and_left_out(modality: str, encoders: list[str] | None = None, seeds: 
         parameters["experiment"] = {"value": cfg.experiment}
     for item in overrides:
         key, _, value = item.partition("=")
-        if key != "experiment":
-            parameters[key] = {"value": value}
+        if key not in ("experiment", "logger.tags"):
+            parameters[key] = {"value": typed(cfg, key, value)}
+    parameters["logger.tags"] = {"value": [*cfg.logger.tags, f"compare:{sweep_id}"]}
     parameters["encoder"] = {"values": list(dict.fromkeys(c.encoder.name for _, _, c in grid))}
     parameters["seed"] = {"values": sorted({seed for _, seed, _ in grid})}
     config = {"project": cfg.logger.project}
@@ -61,10 +67,30 @@ def sweep_and_left_out(modality: str, encoders: list[str] | None = None, seeds: 
         # summary holds {best, last}, which a sweep cannot rank)
         "metric": {"name": f"{metric}_best", "goal": "maximize" if mode == "max" else "minimize"},
         "parameters": parameters,
-        # this interpreter's own path: the agent runs poslab from its venv without activating it
-        "command": [sys.executable, "-m", package, "train", "${args_no_hyphens}"],
+        # the agent's own `python` (on its PATH: activate the environment poslab is installed in first), not
+        # this machine's interpreter path: the agent may run on another node
+        "command": ["${env}", "${interpreter}", "-m", package, "train", "${args_no_hyphens}"],
     }
     return sweep, own
+
+
+def new_sweep_id() -> str:
+    """``sweep-<date>-<time>-<4 hex>``: the tag of one sweep's trials."""
+    return f"sweep-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
+
+
+def typed(cfg, key: str, given: str) -> Any:
+    """An override's value as the config types it (``trainer.max_steps=100`` -> 100), when the agent's
+    ``key=<value>`` of it reads back the same; else the string as given."""
+    from omegaconf import OmegaConf  # deferred: OmegaConf, 0.1 s of `poslab --help`'s 0.13 s
+
+    value = OmegaConf.select(cfg, key, default=given)
+    value = OmegaConf.to_container(value) if OmegaConf.is_config(value) else value
+    try:
+        back = OmegaConf.to_container(OmegaConf.from_dotlist([f"_={value}"]))["_"]
+    except Exception:  # a form the agent's str() cannot carry
+        return given
+    return value if back == value and type(back) is type(value) else given
 
 
 SWEEP_WHAT = (
@@ -82,12 +108,15 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     try:
         grid = parse_grid_arguments(argv, "poslab sweep")
-        config, left_out = sweep_and_left_out(grid.modality, grid.encoders, grid.seeds, grid.overrides)
+        sweep_id = new_sweep_id()
+        config, left_out = sweep_and_left_out(grid.modality, grid.encoders, grid.seeds, grid.overrides, sweep_id)
     except PoslabError as exc:
         print(f"poslab sweep: error: {exc}", file=sys.stderr)
         return 2
     if left_out:
         note = "one setting per encoder; sweep each with its compare_variants overrides as key=value arguments"
         print(f"poslab sweep: the encoders' own variants {', '.join(left_out)} are left out ({note})", file=sys.stderr)
+    print(f"poslab sweep: its trials are tagged compare:{sweep_id}; `poslab dashboard {sweep_id}` builds their "
+          "workspace (online)", file=sys.stderr)  # fmt: skip
     print(OmegaConf.to_yaml(OmegaConf.create(config)), end="")
     return 0

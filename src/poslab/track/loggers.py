@@ -55,6 +55,12 @@ def resolve_wandb_mode(mode: str) -> str:
     return "online" if wandb_credentials_present() else "offline"
 
 
+def sweep_run_id() -> str | None:
+    """The W&B run id a ``wandb agent`` hands the trial it starts (``WANDB_RUN_ID`` beside ``WANDB_SWEEP_ID``):
+    the trial's run is the sweep's, so poslab records and logs to that id; None outside an agent."""
+    return os.environ.get("WANDB_RUN_ID") if os.environ.get("WANDB_SWEEP_ID") else None
+
+
 def wandb_group(cfg: Any, setting: str = "", job_type: str = "train") -> str:
     """One group per (modality, task, experiment, encoder, variant, setting), so seeds aggregate in the
     dashboard while two experiments of one encoder (``needle`` and ``copy`` are both text sequence tasks), two
