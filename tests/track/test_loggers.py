@@ -177,3 +177,19 @@ def test_a_sweep_trial_is_the_agents_w_and_b_run_and_resumed_it_stays_so(tiny, m
     assert read_offline_run(resumed["wandb"]["dir"]).run.run_id == "trial777"
     outside = wandb_run(tiny, "logger.mode=offline", "run.name=alone")
     assert json.loads((Path(outside["run_dir"]) / "run.json").read_text())["wandb_id"] != "trial777"
+
+
+def test_offline_runs_keep_their_checkpoints_as_artifacts_that_wandb_sync_uploads(tiny):
+    """``logger.log_model=true`` offline: the best checkpoint is in the offline run as a ``model`` artifact
+    (aliases ``best``, ``latest``), byte for byte (W&B's manifest digest is the file's base64 MD5)."""
+    import base64
+    import hashlib
+
+    from tests.wandb_files import read_offline_run
+
+    summary = wandb_run(tiny, "logger.mode=offline", "logger.log_model=true")
+    models = [a for a in read_offline_run(summary["wandb"]["dir"]).artifacts if a.type == "model"]
+    best = next(a for a in models if "best" in a.aliases)
+    (entry,) = best.manifest.contents
+    data = (Path(summary["run_dir"]) / summary["checkpoints"]["best"]).read_bytes()
+    assert entry.path == "model.ckpt" and entry.digest == base64.b64encode(hashlib.md5(data).digest()).decode()

@@ -37,4 +37,4 @@ class LoggerConfig:
     group: Optional[str] = None  # None: <modality>-<task>[-<experiment>]-<encoder>, so seeds aggregate
     tags: list[str] = field(default_factory=list)
     notes: Optional[str] = None
-    log_model: bool = False  # upload checkpoints as W&B artifacts (online only)
+    log_model: bool = False  # checkpoints as W&B artifacts (offline: kept in the run, uploaded by `wandb sync`)

@@ -177,7 +177,7 @@ def _start_wandb(cfg: Any, run_dir: Path, run_name: str, job_type: str, wandb_id
         job_type=job_type,
         tags=sorted(set(tags)),
         notes=cfg.logger.notes,
-        log_model=cfg.logger.log_model and mode == "online",
+        log_model=cfg.logger.log_model,
         mode=mode,
         config=flat_columns(cfg, setting),
         settings=wandb_settings(),
