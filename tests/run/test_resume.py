@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import lightning as L
@@ -21,6 +22,7 @@ from poslab.errors import ConfigError, RunInterrupted
 from poslab.run.callbacks import History, StepTimer, TrainingPosition
 from poslab.run.resume import resumed_config
 from poslab.run.train import train
+from tests.wandb_files import records
 
 STEPS = ["trainer.max_epochs=3", "trainer.limit_train_batches=3", "model.dropout=0.1", "data.augment.enabled=true"]
 
@@ -201,11 +203,20 @@ def test_a_resumed_run_continues_its_wandb_run_and_saves_every_tenth_of_the_run_
     assert saved == [3, 6, 7]
     run_dir = Path(next(o for o in tiny if o.startswith("run.root=")).split("=", 1)[1]) / "vision" / "cut"
     again = [*overrides, f"resume={run_dir}"]
-    summary = train(resumed_config(compose(again), again))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        summary = train(resumed_config(compose(again), again))
+    # resumed mid-epoch (step 7 of 3-step epochs): the data module restores the position, so Lightning's
+    # "dataloader is not resumable" would be untrue here
+    assert not [w for w in caught if "not resumable" in str(w.message)]
     offline = sorted((run_dir / "wandb").glob("offline-run-*"))
     # offline-run-<time>-<id>, with "-1" appended when both started within the same second
     assert len(offline) == 2 and len({p.name.split("-")[3] for p in offline}) == 1
     assert summary["wandb"]["dir"] == str(offline[-1]) and summary["history"]["train/loss"]  # the newer one
+    assert summary["wandb"]["sync_command"] == f"wandb sync {offline[0]} {offline[1]}"  # both segments, in order
+    exits = [[r.exit.exit_code for r in records(next(p.glob("run-*.wandb"))) if r.WhichOneof("record_type") == "exit"]
+             for p in offline]  # fmt: skip
+    assert exits == [[128 + signal.SIGTERM], [0]]  # W&B shows the interrupted segment as not finished
 
 
 def test_the_cuda_rng_state_is_this_process_devices_only(monkeypatch):

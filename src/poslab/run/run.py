@@ -11,6 +11,7 @@ from __future__ import annotations
 import secrets
 import signal
 import time
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
@@ -26,6 +27,7 @@ from omegaconf import DictConfig
 
 from poslab import __version__, interrupts
 from poslab.config.composition import to_dict
+from poslab.data.resumable import ResumableTraining
 from poslab.errors import ConfigError, PoslabError, RunInterrupted, RunStopped, first_line, memory_problem
 from poslab.evaluation.probes import run_evaluations
 from poslab.run import cluster
@@ -124,16 +126,18 @@ class Run:
         ):
             if training:
                 self._record()
+            exit_code = 0
             try:
                 setting = setting_hash(to_dict(self.cfg))
                 self.logger = build_logger(self.cfg, self.dir, self.logged_name, self.kind, self.wandb_id, setting)
                 yield self
             except BaseException as exc:
+                exit_code = getattr(exc, "exit_code", 1)  # an interrupted run's 128 + signal
                 if self.kind == "eval" or (_bad_input(exc) and not self.resuming):
                     remove_run_dir(self.dir)
                 raise
             finally:
-                finish_logger(self.logger)
+                finish_logger(self.logger, exit_code)
 
     def _record(self) -> None:
         """The W&B run id: a resumed run's own, a sweep trial's the agent's, a launch's derived from its directory
@@ -167,8 +171,12 @@ class Run:
         if self.resuming:
             verify_digest(last)
         try:
-            self.trainer.fit(task, datamodule=datamodule, ckpt_path=str(last) if self.resuming else None,
-                             weights_only=False)  # fmt: skip
+            with warnings.catch_warnings():
+                if isinstance(datamodule, ResumableTraining):  # it restores its loader's position itself, which
+                    # Lightning's mid-epoch check (a loader with state_dict) does not see
+                    warnings.filterwarnings("ignore", ".*your dataloader is not resumable.*")
+                self.trainer.fit(task, datamodule=datamodule, ckpt_path=str(last) if self.resuming else None,
+                                 weights_only=False)  # fmt: skip
             interrupted = self.trainer.received_sigterm  # Lightning may also end the fit quietly after the signal
         except (SIGTERMException, RunInterrupted):
             interrupted = True

@@ -211,7 +211,8 @@ def is_wandb(logger: Any) -> bool:
 
 
 def wandb_info(logger: Any, mode: str) -> dict[str, Any]:
-    """``summary.json``'s ``wandb`` entry: mode, local run folder, URL, sync command.
+    """``summary.json``'s ``wandb`` entry: mode, local run folder, URL, sync command (of every offline folder
+    of the run: a resumed run continues its W&B run in a new one).
 
     ``mode`` is the resolved ``logger.mode``; without a W&B logger (or on a DDP rank other
     than 0, whose logger holds a stand-in run) every field is None.
@@ -225,7 +226,10 @@ def wandb_info(logger: Any, mode: str) -> dict[str, Any]:
     run_dir = str(Path(run.dir).parent) if mode != "disabled" and getattr(run, "dir", None) else None
     url = getattr(run, "url", None) if mode == "online" else None
     path = getattr(run, "path", None) if mode == "online" else None
-    sync = f"wandb sync {shlex.quote(run_dir)}" if mode == "offline" and run_dir else None
+    sync = None
+    if mode == "offline" and run_dir:  # every offline segment of the run: a resumed one has several
+        segments = sorted(Path(run_dir).parent.glob("offline-run-*")) or [Path(run_dir)]
+        sync = "wandb sync " + " ".join(shlex.quote(str(p)) for p in segments)
     return {
         "mode": mode,
         "dir": run_dir,
@@ -336,15 +340,16 @@ def log_line_chart(logger: Any, key: str, xs: list, series: dict[str, list], tit
     logger.experiment.log({key: chart})
 
 
-def finish_logger(logger: Any) -> None:
-    """Close the run so the next one in this process is separate, and flush its files."""
+def finish_logger(logger: Any, exit_code: int = 0) -> None:
+    """Close the run so the next one in this process is separate, and flush its files; ``exit_code``: the
+    process's (0: finished; an interrupted run's 128 + signal, which W&B shows as a run that did not finish)."""
     if logger is None:
         return
     if is_wandb(logger):
         import wandb  # deferred: W&B, ~0.8 s
 
         if logger._experiment is not None:
-            logger.experiment.finish()
+            logger.experiment.finish(exit_code=exit_code)
         wandb.teardown()
     else:
-        logger.finalize("success")
+        logger.finalize("success" if exit_code == 0 else "failed")
