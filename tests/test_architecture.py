@@ -189,7 +189,7 @@ FLOORS = [
     ("config", ["poslab.config.validation", "poslab.config.composition", "poslab.run.resume"]),
     ("runs", ["poslab.tasks.*", "poslab.run.*", "poslab.study.report", "poslab.study.report_figures",
               "poslab.tools.show", "poslab.modalities.+"]),
-    ("commands", ["poslab.study.*", "poslab.tools.*", "poslab.cli", "poslab.__main__"]),
+    ("commands", ["poslab.study.*", "poslab.tools.*", "poslab.cli.*", "poslab.__main__"]),
 ]  # fmt: skip
 #: Imports from a lower floor up to a higher one that stay, and why (at most two). Modality and dataset plugins
 #: are found at run time (``importlib``, entry points), not imported: the registries name none of them.

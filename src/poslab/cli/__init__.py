@@ -12,6 +12,14 @@ from collections.abc import Sequence
 
 from poslab import interrupts
 from poslab.errors import ConfigError, PoslabError, RunInterrupted, os_error_line
+from poslab.cli.habits import (
+    MULTIRUN,
+    MULTIRUN_LINE,
+    foreign_command,
+    lightning_cli_form,
+    override_form,
+    with_config_files,
+)
 from poslab.run import denormals
 from poslab.study.arguments import grid_help, parse_grid_arguments
 from poslab.study.dashboard import main as dashboard_main
@@ -44,14 +52,6 @@ examples:
 """
 
 
-def lightning_cli_form(arg: str) -> str:
-    """LightningCLI's ``--trainer.max_epochs=5`` is ``trainer.max_epochs=5`` (a dotted key with ``=`` only)."""
-    if arg.startswith("--") and "=" in arg and "." in arg.split("=", 1)[0]:
-        return arg[2:]
-    return arg
-
-
-#: The commands that take ``key=value`` overrides.
 COMPARE_WHAT = (
     "Train every encoder x seed of the grid (each run once: a rerun skips finished runs and continues interrupted "
     "ones), then write a Markdown report and, with W&B, a report run; every run is tagged compare:<id>."
@@ -60,30 +60,8 @@ COMPARE_KEYS = {
     "workers": "train the grid in N processes of this machine (one report)",
     "worker": "be worker I of N independent jobs (a SLURM array: worker=$SLURM_ARRAY_TASK_ID/N)",
 }
+#: The commands that take ``key=value`` overrides.
 OVERRIDING = ("train", "eval", "generate", "compare", "sweep", "prepare")
-#: Hydra keys and what poslab calls them (docs/configuration.md, "Coming from Hydra or LightningCLI").
-HYDRA_KEYS = {
-    "hydra.run.dir": "run.root and run.name (a run lands in <run.root>/<modality>/<run.name>)",
-    "hydra.sweep": "poslab compare (a grid of encoders x seeds) or poslab sweep (W&B)",
-    "hydra.job.name": "run.name",
-    "hydra": "poslab's own keys (poslab train --options)",
-}
-
-
-def hydra_form(item: str) -> str:
-    """Hydra's override prefixes, where they mean something here: ``+key=v`` / ``++key=v`` (add / force-add)
-    set a declared key like ``key=v``; ``~key`` (delete) and ``hydra.*`` keys are one line saying what to use."""
-    if item.startswith("~"):
-        key = item[1:].split("=", 1)[0]
-        raise ConfigError(
-            f"'{item}': every key is declared and cannot be removed; set {key}=VALUE (defaults: poslab train --options)"
-        )
-    item = item.removeprefix("++").removeprefix("+")
-    key = item.split("=", 1)[0].strip()
-    if key == "hydra" or key.startswith("hydra."):
-        where = next(v for k, v in HYDRA_KEYS.items() if key == k or key.startswith(f"{k}."))
-        raise ConfigError(f"'{key}' is a Hydra key; poslab's equivalent: {where}")
-    return item
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -137,21 +115,16 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-#: Hydra's multirun flags, and poslab's ways of running many configs.
-MULTIRUN = ("-m", "--multirun")
-MULTIRUN_LINE = (
-    "-m / --multirun is Hydra's sweep; poslab runs a grid with `poslab compare modality=M [encoders=[a,b]] "
-    "[seeds=N]` (one report), or a W&B sweep with `poslab sweep`"
-)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     """Every command runs under the one interrupt path (:mod:`poslab.interrupts`): a signal from the first line
     of composing to the last line of a report ends it with its line and exit 128 + signal."""
     argv = [lightning_cli_form(a) for a in (sys.argv[1:] if argv is None else argv)]
     try:
+        if argv[:1]:
+            foreign_command(argv[0])
         if argv[:1] and argv[0] in OVERRIDING:  # Hydra's override forms, as the commands taking key=value read them
-            argv = argv[:1] + [hydra_form(a) if "=" in a or a.startswith("~") else a for a in argv[1:]]
+            argv = argv[:1] + [override_form(a) if "=" in a or a.startswith("~") else a
+                               for a in with_config_files(argv[1:])]  # fmt: skip
         with interrupts.handled():
             return _dispatch(argv)
     except RunInterrupted as exc:
