@@ -4,6 +4,7 @@ signature; the arguments poslab builds itself are refused with where they are co
 from __future__ import annotations
 
 import inspect
+import re
 from pathlib import Path
 
 import lightning as L
@@ -116,3 +117,23 @@ def test_composing_a_config_does_not_import_lightning():
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2] / "src")}  # no plugin's imports
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env).stdout
     assert out.strip() == "False"
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("trainer.profiler=bogus", "the `profiler` parameter of `Trainer`, it can only be one of"),
+        ("trainer.limit_train_batches=1.5", "invalid value 1.5 for limit_train_batches"),
+        ("trainer.gradient_clip_algorithm=foo", "`gradient_clip_algorithm` foo is invalid"),
+    ],
+)
+def test_what_lightning_refuses_at_construction_stops_the_run_before_its_data_loads(override, message, tiny,
+                                                                                     monkeypatch):  # fmt: skip
+    from poslab.errors import ConfigError
+    from poslab.modalities.vision.data import VisionDataModule
+
+    loaded = []
+    monkeypatch.setattr(VisionDataModule, "prepare_data", lambda self: loaded.append(self))
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        train(compose([*tiny, override]))
+    assert not loaded  # refused before the data module read anything

@@ -156,6 +156,10 @@ def test_a_run_prints_its_own_lines_and_only_warnings_from_wandb(tmp_path, data_
     assert "wandb:" not in printed, [line for line in printed.splitlines() if "wandb:" in line]
     last = [line for line in out.stdout.splitlines() if line.strip()][-4:]
     assert [line.split(":")[0].split(" ")[0] for line in last] == ["run", "metrics", "wall", "W&B"]
+    first = out.stdout.splitlines()[0]
+    assert first.startswith(f"poslab: train run in {tmp_path}/vision/") and "; W&B offline: " in first
+    assert "smaller than the logging interval" not in printed  # 2 steps, log_every_n_steps=10: said once, by us
+    assert "step 2/2 (100%)  train/loss " in out.stdout  # progress as lines: stdout is a pipe here
 
 
 EXPERIMENTS = sorted(p.stem for p in (config_dir() / "experiment").glob("*.yaml"))

@@ -58,6 +58,7 @@ from poslab.track.loggers import (
     build_logger,
     define_summaries,
     finish_logger,
+    log_destination,
     log_final,
     resolve_wandb_mode,
     sweep_run_id,
@@ -129,7 +130,10 @@ class Run:
             exit_code = 0
             try:
                 setting = setting_hash(to_dict(self.cfg))
-                self.logger = build_logger(self.cfg, self.dir, self.logged_name, self.kind, self.wandb_id, setting)
+                if not self.cfg.trainer.get("fast_dev_run"):  # Lightning logs nothing in a fast_dev_run
+                    self.logger = build_logger(self.cfg, self.dir, self.logged_name, self.kind, self.wandb_id, setting)
+                if not cluster.is_child_rank():
+                    print(f"poslab: {self.kind} run in {self.dir}; {log_destination(self.logger, self.cfg)}", flush=True)
                 yield self
             except BaseException as exc:
                 exit_code = getattr(exc, "exit_code", 1)  # an interrupted run's 128 + signal

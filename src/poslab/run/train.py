@@ -36,6 +36,9 @@ from poslab.track.summary import RunSummary
 warnings.filterwarnings("ignore", ".*does not have many workers.*")  # in-memory data: workers only cost
 warnings.filterwarnings("ignore", ".*LeafSpec.*deprecated.*")
 warnings.filterwarnings("ignore", ".*IterableDataset. has .__len__. defined.*")  # litdata's windows, per rank
+# an epoch shorter than trainer.log_every_n_steps: poslab logs the last step's training metrics at the end of
+# the fit (Run.test_best), so the curve is never empty, and the warning repeats on every short run
+warnings.filterwarnings("ignore", ".*smaller than the logging interval.*")
 
 
 class _WithoutHostedLoggerTip(logging.Filter):

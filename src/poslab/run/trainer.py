@@ -1,5 +1,5 @@
-"""The ``lightning.Trainer`` a run drives, built from ``trainer.*``, and the device settings checked before
-anything is written (Lightning would judge some of them only once the fit starts)."""
+"""The ``lightning.Trainer`` a run drives, built from ``trainer.*``, and its settings checked before the data
+loads or anything is written."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ import lightning as L
 import torch
 from lightning.fabric.plugins.environments import SLURMEnvironment
 from lightning.fabric.utilities.exceptions import MisconfigurationException
+from lightning.pytorch import profilers
 from lightning.pytorch.callbacks import RichProgressBar
 from omegaconf import DictConfig
 
@@ -21,13 +22,8 @@ from poslab.config.composition import to_dict
 from poslab.errors import ConfigError, first_line
 from poslab.run import cluster
 from poslab.run.checkpoints import DigestedCheckpointIO
+from poslab.run.progress import PlainProgress
 from poslab.run.trainer_options import TRAINER_DEFAULTS
-
-try:  # a private class: where Lightning moved it, the Trainer judges the device settings itself
-    from lightning.pytorch.trainer.connectors.accelerator_connector import _AcceleratorConnector
-except ImportError:
-    _AcceleratorConnector = None
-
 
 def check_accelerator(cfg: DictConfig) -> None:
     """Device settings checked before anything is written: ``trainer=gpu`` / ``ddp`` where no GPU is is one
@@ -40,20 +36,21 @@ def check_accelerator(cfg: DictConfig) -> None:
 
 
 def _check_device_settings(cfg: DictConfig) -> None:
-    """Let Lightning's own connector judge accelerator / devices / strategy / precision / nodes."""
-    if _AcceleratorConnector is None:
-        return
-    judged = ("devices", "accelerator", "strategy", "num_nodes", "precision")
-    settings = {k: v for k, v in trainer_arguments(cfg).items() if k in judged}
+    """Let Lightning judge every trainer setting by building a Trainer of them (quietly, with no logger,
+    callbacks or files): what it would refuse at construction (``trainer.profiler=bogus``,
+    ``trainer.limit_train_batches=1.5``, a precision the accelerator lacks) stops the run before its data
+    loads. Settings Lightning judges only against the data are checked when the fit starts."""
     quiet = logging.getLogger("lightning.pytorch")
-    level, quiet.level = quiet.level, logging.WARNING
+    level = quiet.level
+    quiet.setLevel(logging.WARNING)  # setLevel, not .level =: it clears the loggers' cached levels after
     try:
-        _AcceleratorConnector(**settings)
+        quietly = {"enable_progress_bar": False, "enable_model_summary": False}
+        L.Trainer(**{**trainer_arguments(cfg), **quietly}, logger=False, enable_checkpointing=False, callbacks=[])
     except Exception as exc:  # MisconfigurationException, ValueError, TypeError: all mean bad settings
         message = first_line(exc)
         raise ConfigError(f"trainer settings rejected (trainer={cfg.trainer.get('name')}): {message}") from None
     finally:
-        quiet.level = level
+        quiet.setLevel(level)
 
 
 def _check_gpu_present(cfg: DictConfig, accelerator: str) -> None:
@@ -77,8 +74,9 @@ def build_trainer(cfg: DictConfig, run_dir: Path, logger: Any, callbacks: list) 
     """The run's Trainer: its logger and callbacks, each checkpoint written with its SHA-256 beside it, a rich
     progress bar on a terminal; a value Lightning refuses is one line."""
     kwargs = trainer_arguments(cfg)
-    if kwargs.get("enable_progress_bar") is not False and sys.stdout.isatty():
-        callbacks = [*callbacks, RichProgressBar()]
+    if kwargs.get("enable_progress_bar") is not False:  # a live bar on a terminal, plain lines in a log file
+        callbacks = [*callbacks, RichProgressBar() if sys.stdout.isatty() else PlainProgress()]
+    kwargs["profiler"] = profiler(kwargs.get("profiler"), run_dir)
     try:
         return L.Trainer(
             **kwargs,
@@ -89,6 +87,15 @@ def build_trainer(cfg: DictConfig, run_dir: Path, logger: Any, callbacks: list) 
         )
     except (MisconfigurationException, ValueError, TypeError) as exc:
         raise ConfigError(f"trainer settings rejected (trainer={cfg.trainer.name}): {first_line(exc)}") from None
+
+
+def profiler(name: str | None, run_dir: Path) -> Any:
+    """``trainer.profiler=simple|advanced|pytorch``: Lightning's profiler of that name, writing its report to
+    ``<run>/fit-profiler.txt`` (and ``test-…``) instead of hundreds of lines on the console; any other value
+    goes to Lightning as given."""
+    kinds = {"simple": profilers.SimpleProfiler, "advanced": profilers.AdvancedProfiler,
+             "pytorch": profilers.PyTorchProfiler}  # fmt: skip
+    return kinds[name](dirpath=run_dir, filename="profiler") if name in kinds else name
 
 
 def slurm_plugin() -> list:

@@ -118,6 +118,23 @@ def build_logger(
     return logger
 
 
+def log_destination(logger: Any, cfg: Any) -> str:
+    """Where a run's logs go, in words: the W&B mode and its folder or page, the CSV file, the TensorBoard
+    folder (with the command that shows it), or none."""
+    if logger is None:
+        return "no logger (a fast_dev_run logs nothing)" if cfg.trainer.get("fast_dev_run") else "no logger"
+    if not is_wandb(logger):
+        if type(logger).__name__ == "CSVLogger":
+            return f"CSV log: {Path(logger.log_dir) / 'metrics.csv'}"
+        folder = Path(logger.log_dir)
+        return f"TensorBoard log: {folder} (tensorboard --logdir {folder})"
+    mode = getattr(logger, "poslab_mode", "online")
+    run = logger.experiment
+    if mode == "online":
+        return f"W&B online: {getattr(run, 'url', None) or 'started'}"
+    return f"W&B {mode}" + (f": {Path(run.dir).parent}" if mode == "offline" and getattr(run, "dir", None) else "")
+
+
 def effective_wandb_mode(mode: str) -> str:
     """``online`` after online W&B failed once in this process is ``offline`` (a comparison's later runs and
     its report run do not wait for the server again)."""
