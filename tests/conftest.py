@@ -195,7 +195,7 @@ def flex_ready_validation(request, modality: str, encoder: str) -> tuple:
     from poslab.data import build_datamodule
     from poslab.tasks import build_task
 
-    overrides = [*request.getfixturevalue(TINY[modality]), f"encoder={encoder}"]
+    overrides = [*tiny_overrides(request, modality), f"encoder={encoder}"]
     model = compose(overrides).model
     cfg = compose([*overrides, f"model.dim={max(model.dim, 16 * model.num_heads)}"])
     datamodule = build_datamodule(cfg)

@@ -40,9 +40,16 @@ def test_a_comparison_of_an_experiment_takes_the_modality_its_defaults_name():
     from poslab.study.arguments import parse_grid_arguments
 
     grid = parse_grid_arguments(["seeds=1", "experiment=bpe_lengen", "encoders=rope"], "poslab compare")
-    assert (grid.modality, grid.seeds, grid.encoders, grid.overrides) == ("text", 1, ["rope"], ["experiment=bpe_lengen"])
+    assert (grid.modality, grid.seeds, grid.encoders, grid.overrides) == (
+        "text",
+        1,
+        ["rope"],
+        ["experiment=bpe_lengen"],
+    )
     assert parse_grid_arguments(["experiment=motion"], "poslab sweep").modality == "video"
-    given = parse_grid_arguments(["modality=vision", "encoders=[a,b]", "workers=2", "worker=1/2"], "x", ("workers", "worker"))
+    given = parse_grid_arguments(
+        ["modality=vision", "encoders=[a,b]", "workers=2", "worker=1/2"], "x", ("workers", "worker")
+    )
     assert (given.modality, given.encoders, given.extra) == ("vision", ["a", "b"], {"workers": 2, "worker": "1/2"})
     with pytest.raises(PoslabError, match=r"^poslab sweep needs modality=<name> \(or an experiment= whose"):
         parse_grid_arguments(["seeds=2"], "poslab sweep")

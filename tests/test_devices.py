@@ -21,9 +21,10 @@ from poslab.config.composition import compose
 from poslab.data import build_datamodule
 from poslab.encoders import available_encoders, encoder_class
 from poslab.evaluation.similarity import position_similarity
+from poslab.modalities import available_modalities
 from poslab.positions import Positions
 from poslab.tasks import build_task
-from tests.conftest import TINY, flex_ready_validation
+from tests.conftest import flex_ready_validation, tiny_overrides
 from tests.encoders.test_registry import build, sample_positions
 
 META = torch.device("meta")
@@ -203,11 +204,7 @@ def test_the_meta_device_catches_a_host_read_and_a_cpu_tensor():
         t + torch.arange(4)
 
 
-def _tiny(request, name: str) -> list[str]:
-    return request.getfixturevalue(name)
-
-
-MODALITIES = TINY
+MODALITIES = available_modalities()  # every modality the registry holds: a fork's too
 
 
 def _cases() -> list[tuple[str, str]]:
@@ -217,7 +214,7 @@ def _cases() -> list[tuple[str, str]]:
 @pytest.mark.parametrize(("modality", "encoder"), _cases())
 def test_a_training_step_of_every_modality_runs_on_the_meta_device(modality, encoder, request):
     """The model, its batch and its positions on meta: a training step's loss is a meta tensor."""
-    cfg = compose([*_tiny(request, MODALITIES[modality]), f"encoder={encoder}"])
+    cfg = compose([*tiny_overrides(request, modality), f"encoder={encoder}"])
     datamodule = build_datamodule(cfg)
     datamodule.prepare_data()
     datamodule.setup("fit")

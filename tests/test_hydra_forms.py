@@ -57,7 +57,9 @@ def test_lightning_clis_subcommands_name_poslabs_nearest(command, nearest, capsy
 
 def test_a_config_file_is_a_yaml_of_overrides_and_the_command_line_wins(capsys, tmp_path):
     path = tmp_path / "mine.yaml"
-    path.write_text("encoder: rope2d\nmodel:\n  dim: 48\n  depth: 3\ntrainer:\n  max_epochs: 4\nlogger:\n  tags: [a, b]\n")
+    path.write_text(
+        "encoder: rope2d\nmodel:\n  dim: 48\n  depth: 3\ntrainer:\n  max_epochs: 4\nlogger:\n  tags: [a, b]\n"
+    )
     assert main(["train", "--config", str(path), "model.depth=2", "--print-config"]) == 0
     printed = OmegaConf.create(capsys.readouterr().out)
     assert printed.encoder.name == "rope2d" and (printed.model.dim, printed.model.depth) == (48, 2)
@@ -66,8 +68,10 @@ def test_a_config_file_is_a_yaml_of_overrides_and_the_command_line_wins(capsys, 
     assert OmegaConf.create(capsys.readouterr().out).model.depth == 3
 
 
-@pytest.mark.parametrize("overrides", [["encoder=rope2d", "model.dim=48"], ["modality=text", "encoder=alibi",
-                                                                             "data.context=64", "trainer=cpu"]])
+@pytest.mark.parametrize(
+    "overrides",
+    [["encoder=rope2d", "model.dim=48"], ["modality=text", "encoder=alibi", "data.context=64", "trainer=cpu"]],
+)
 def test_a_printed_config_given_back_as_a_config_file_is_the_same_config(overrides, capsys, tmp_path):
     """``poslab train --print-config … > run.yaml`` then ``poslab train --config run.yaml``: the same run."""
     assert main(["train", "--print-config", *overrides]) == 0

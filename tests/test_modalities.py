@@ -151,6 +151,7 @@ def test_a_modality_registered_from_a_test_file_trains_without_editing_the_packa
     assert compose(["modality=toy", "data.length=4"]).data.length == 4
     with pytest.raises(ConfigError, match="data.length"):
         compose(["modality=toy", "data.length=four"])
+    capsys.readouterr()  # what the runs above printed
     assert main(["list", "toy"]) == 0 and capsys.readouterr().out.startswith("toy: alibi")
 
 

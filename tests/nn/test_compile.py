@@ -15,9 +15,10 @@ from poslab.config.composition import compose
 from poslab.data import build_datamodule
 from poslab.encoders import available_encoders, encoder_class
 from poslab.encoders.registry import fits
+from poslab.modalities import available_modalities
 from poslab.positions import Positions
 from poslab.tasks import build_task
-from tests.conftest import TINY, flex_ready_validation
+from tests.conftest import flex_ready_validation, tiny_overrides
 from tests.encoders.test_registry import build, sample_positions
 
 LENGTH = 16
@@ -69,7 +70,7 @@ def test_a_graph_break_is_caught():
         whole(breaks)(torch.arange(4))
 
 
-MODALITIES = TINY
+MODALITIES = available_modalities()  # every modality the registry holds: a fork's too
 
 
 def _first_modality(name: str) -> str:
@@ -80,7 +81,7 @@ def _first_modality(name: str) -> str:
 def test_the_backbone_compiles_whole_in_a_training_step(encoder, request):
     """A training step of a modality the encoder fits, with the backbone compiled as one graph."""
     modality = _first_modality(encoder)
-    cfg = compose([*request.getfixturevalue(MODALITIES[modality]), f"encoder={encoder}"])
+    cfg = compose([*tiny_overrides(request, modality), f"encoder={encoder}"])
     datamodule = build_datamodule(cfg)
     datamodule.prepare_data()
     datamodule.setup("fit")

@@ -28,12 +28,13 @@ import torch
 
 from poslab.config.composition import compose
 from poslab.data import build_datamodule
+from poslab.modalities import available_modalities
 from poslab.run.train import evaluate
-from tests.conftest import TINY
+from tests.conftest import tiny_overrides
 from tests.wandb_files import read_offline_run
 
 TWO_CPU_PROCESSES = ["trainer=ddp", "trainer.accelerator=cpu", "trainer.devices=2", "trainer.precision=32-true"]
-MODALITIES = TINY
+MODALITIES = available_modalities()  # every modality the registry holds: a fork's too
 #: Relative tolerance of DDP test metrics against one process: float32 sums taken in another order.
 TOLERANCE = 1e-5
 
@@ -47,7 +48,7 @@ def on_rank(datamodule, rank: int, world: int = 2):
 @pytest.mark.parametrize("modality", ["vision", "timeseries"])
 def test_each_rank_trains_on_its_own_shard(modality, request):
     """Map-style training data: the two ranks' loaders draw disjoint index sets that cover the data."""
-    cfg = compose([*request.getfixturevalue(MODALITIES[modality])])
+    cfg = compose(tiny_overrides(request, modality))
     seen = []
     for rank in (0, 1):
         datamodule = build_datamodule(cfg)
@@ -130,7 +131,7 @@ PROBES = {
 @pytest.mark.slow
 @pytest.mark.parametrize("modality", list(MODALITIES))
 def test_two_cpu_processes_make_one_run_with_the_one_process_metrics(modality, request, tmp_path, monkeypatch):
-    overrides = [o for o in request.getfixturevalue(MODALITIES[modality]) if not o.startswith("trainer.limit_test")]
+    overrides = [o for o in tiny_overrides(request, modality) if not o.startswith("trainer.limit_test")]
     if modality == "vision":
         overrides += ["data.test_size=500", "trainer.limit_train_batches=null", "data.batch_size=256"]
         overrides += ["data.augment.enabled=false"]  # random draws per rank: not what one process draws

@@ -11,9 +11,10 @@ import torch
 from poslab.config.composition import compose
 from poslab.encoders import available_encoders
 from poslab.errors import PoslabError
+from poslab.modalities import available_modalities
 from poslab.run.train import evaluate, train
 from poslab.track.summary import SUMMARY_KEYS
-from tests.conftest import TINY
+from tests.conftest import tiny_overrides
 
 
 @pytest.mark.parametrize("encoder", available_encoders("vision"))
@@ -34,10 +35,10 @@ def test_a_run_prints_no_advertisement_for_a_hosted_logger(tiny, caplog):
     assert not [m for m in messages if "litlogger" in m.lower()]
 
 
-@pytest.mark.parametrize("fixture", TINY.values())
-def test_every_modality_logs_the_training_loss_per_step_as_train_loss(request, fixture):
+@pytest.mark.parametrize("modality", available_modalities())
+def test_every_modality_logs_the_training_loss_per_step_as_train_loss(request, modality):
     """One key scheme in every modality, so W&B charts line up: ``train/loss`` per step, nothing suffixed."""
-    overrides = [o for o in request.getfixturevalue(fixture) if o != "logger=none"]
+    overrides = [o for o in tiny_overrides(request, modality) if o != "logger=none"]
     summary = train(compose([*overrides, "logger=csv", "trainer.log_every_n_steps=1"]))
     logged = (Path(summary["run_dir"]) / "csv" / "metrics.csv").read_text().splitlines()[0].split(",")
     for keys in (summary["metrics"], summary["history"], logged):

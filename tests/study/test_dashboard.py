@@ -140,7 +140,10 @@ def test_the_dashboard_selects_the_comparisons_training_runs_and_no_eval_report_
     assert "compare:A" in runs["eval"]["run"]["tags"] and "compare:A" in runs["report"]["run"]["tags"]
     plan = plan_dashboard("A", compare_summaries("A", [Path(ours["run_dir"]).parent]))
     assert plan.runs == 1  # the evaluation's summary.json is no training run
-    for filters in (build_workspace(plan).runset_settings.filters, next(b for b in build_report(plan).blocks if isinstance(b, wr.PanelGrid)).runsets[0].filters):
+    for filters in (
+        build_workspace(plan).runset_settings.filters,
+        next(b for b in build_report(plan).blocks if isinstance(b, wr.PanelGrid)).runsets[0].filters,
+    ):
         tree = expr_to_filters(filters)
         assert [name for name, record in runs.items() if _selected(tree, record)] == ["ours"]
     groups = {name: record["run"]["group"] for name, record in runs.items()}

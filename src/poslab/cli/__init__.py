@@ -11,7 +11,6 @@ import sys
 from collections.abc import Sequence
 
 from poslab import interrupts
-from poslab.errors import ConfigError, PoslabError, RunInterrupted, os_error_line
 from poslab.cli.habits import (
     MULTIRUN,
     MULTIRUN_LINE,
@@ -20,6 +19,7 @@ from poslab.cli.habits import (
     override_form,
     with_config_files,
 )
+from poslab.errors import ConfigError, PoslabError, RunInterrupted, os_error_line
 from poslab.run import denormals
 from poslab.study.arguments import grid_help, parse_grid_arguments
 from poslab.study.dashboard import main as dashboard_main

@@ -133,7 +133,9 @@ class Run:
                 if not self.cfg.trainer.get("fast_dev_run"):  # Lightning logs nothing in a fast_dev_run
                     self.logger = build_logger(self.cfg, self.dir, self.logged_name, self.kind, self.wandb_id, setting)
                 if not cluster.is_child_rank():
-                    print(f"poslab: {self.kind} run in {self.dir}; {log_destination(self.logger, self.cfg)}", flush=True)
+                    print(
+                        f"poslab: {self.kind} run in {self.dir}; {log_destination(self.logger, self.cfg)}", flush=True
+                    )
                 yield self
             except BaseException as exc:
                 exit_code = getattr(exc, "exit_code", 1)  # an interrupted run's 128 + signal

@@ -25,6 +25,7 @@ from poslab.run.checkpoints import DigestedCheckpointIO
 from poslab.run.progress import PlainProgress
 from poslab.run.trainer_options import TRAINER_DEFAULTS
 
+
 def check_accelerator(cfg: DictConfig) -> None:
     """Device settings checked before anything is written: ``trainer=gpu`` / ``ddp`` where no GPU is is one
     line naming what is present; settings Lightning rejects (``trainer.precision=99``) are one line too."""

@@ -35,7 +35,9 @@ def parse_grid_arguments(argv: list[str], command: str, own: tuple[str, ...] = (
     for item in argv:
         key, _, value = item.partition("=")
         if key in ("modality", "encoders", "seeds", *own):
-            special[key] = value if key == "worker" else OmegaConf.to_container(OmegaConf.from_dotlist([f"_={value}"]))["_"]
+            special[key] = (
+                value if key == "worker" else OmegaConf.to_container(OmegaConf.from_dotlist([f"_={value}"]))["_"]
+            )
         else:
             overrides.append(item)
     encoders = special.pop("encoders", None)

@@ -134,7 +134,7 @@ def build_report(plan: DashboardPlan):
     blocks: list[Any] = [
         wr.H1(text=f"{plan.modality}: comparison {plan.compare_id}"),
         wr.P(
-            text=f"{plan.runs} training runs tagged {plan.tag}, grouped by encoder; bars and lines are means over seeds "
+            text=f"{plan.runs} training runs tagged {plan.tag}, grouped by encoder; bars and lines: means over seeds "
             "with their standard deviation."
         ),  # fmt: skip
     ]

@@ -28,7 +28,8 @@ def sweep_config(modality: str, encoders: list[str] | None = None, seeds: int | 
 
 
 def sweep_and_left_out(modality: str, encoders: list[str] | None = None, seeds: int | None = None,
-                       overrides: list[str] | tuple[str, ...] = (), sweep_id: str = "") -> tuple[dict[str, Any], list[str]]:  # fmt: skip
+                       overrides: list[str] | tuple[str, ...] = (),
+                       sweep_id: str = "") -> tuple[dict[str, Any], list[str]]:  # fmt: skip
     """The sweep, and the encoders' own variants (``mrope/interleaved``) it leaves out: a grid sweep sets one
     value per parameter, and an own variant is its encoder with other options. Its trials are tagged
     ``compare:<sweep_id>`` (default: a new id), so ``poslab dashboard <sweep_id>`` finds them as a comparison's."""
