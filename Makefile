@@ -42,7 +42,7 @@ install: ## create .venv and install poslab with its dev tools (torch pinned; TO
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --upgrade pip
 	$(BIN)/pip install torch==2.14.1 torchvision==0.29.1 $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
-	$(BIN)/pip install -e '.[dev]'
+	$(BIN)/pip install -e '.[dev,datasets]'
 
 # The fast tier runs on every core (pytest-xdist, at most 8 workers), one torch thread per worker:
 # on 2 cores that halves its time (278 s -> 140 s measured) against one process with 2 threads.

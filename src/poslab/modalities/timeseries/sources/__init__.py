@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from poslab.data.downloads import fetch
+from poslab.data.downloads import dataset_package, fetch
 from poslab.data.sources import discover
 from poslab.errors import DataError, first_line
 
@@ -57,9 +57,8 @@ def to_unix_seconds(index) -> np.ndarray:
 
 def load_taylor(root: Path, download: bool, path: str | None = None) -> Series:
     import pandas as pd  # deferred: pandas, ~0.4 s
-    from pmdarima.datasets import load_taylor as pmdarima_taylor  # deferred: an optional dataset's package
 
-    values = np.asarray(pmdarima_taylor(), dtype=np.float64)[:, None]
+    values = np.asarray(dataset_package("pmdarima.datasets", "taylor").load_taylor(), dtype=np.float64)[:, None]
     times = to_unix_seconds(pd.date_range("2000-06-05 00:00", periods=len(values), freq="30min"))
     n = len(values)
     return Series(values, times, ("demand",), 1800, (int(0.7 * n), int(0.8 * n), n))

