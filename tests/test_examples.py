@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
 import subprocess
@@ -49,3 +50,30 @@ def test_the_array_script_is_one_worker_of_one_grid():
     special = ("modality=", "seeds=", "worker=")
     grid = plan("vision", None, 3, [a for a in command[1:] if not a.startswith(special)])
     assert len(grid) >= 3 and all(cfg.trainer.name == "gpu" for _, _, cfg in grid)
+
+
+@pytest.mark.slow
+def test_the_library_example_drives_poslab_with_its_own_trainer_and_writes_a_summary_a_report_reads(
+    tiny, tmp_path, monkeypatch, capsys
+):
+    """``examples/library/own_trainer.py``: poslab's data module and task under a plain ``lightning.Trainer``,
+    then :func:`poslab.run.library.finish`: the end-of-run evaluations, the reporting callbacks' numbers and
+    figures, and a ``summary.json`` that ``poslab report`` reads."""
+    import runpy
+    import sys
+
+    from poslab.study.report import build_report
+
+    script = EXAMPLES.parent / "library" / "own_trainer.py"
+    own = [o for o in tiny if o.startswith(("run.", "data.", "model."))]
+    argv = [*own, "trainer.max_epochs=1", "trainer.limit_train_batches=3", "eval.image_sizes=[42]"]
+    monkeypatch.setattr(sys, "argv", [str(script), *argv])
+    runpy.run_path(str(script), run_name="__main__")
+    (path,) = (tmp_path / "runs" / "vision").glob("own-*/summary.json")
+    summary = json.loads(path.read_text())
+    assert summary["kind"] == "train" and {"test/acc", "resolution/acc@42/raw", "perf/train_step_ms"} <= set(
+        summary["metrics"]
+    )
+    assert {"encoder/position_similarity", "test/acc_per_class"} <= set(summary["figures"])
+    assert (path.parent / "csv").is_dir() and str(path) in capsys.readouterr().out
+    assert "resolution/acc@42/raw" in build_report([tmp_path / "runs"], tmp_path / "reports").read_text()

@@ -208,7 +208,7 @@ class Run:
         they are read back from what the fit recorded."""
         try:
             recorded = self.fitted.recorded(self.trainer.global_step) or {}
-            fit_metrics = {**recorded.get("metrics", {}), **_scalars(self.trainer.callback_metrics)}
+            fit_metrics = {**recorded.get("metrics", {}), **scalar_metrics(self.trainer.callback_metrics)}
             # Lightning logs step metrics every trainer.log_every_n_steps: the last step's values, as summary.json has
             log_final(self.trainer, {k: v for k, v in fit_metrics.items() if k.startswith("train/")}, columns=False)
             path = best.best_model_path or None
@@ -321,5 +321,5 @@ def out_of_memory(exc: BaseException, what: str, then: str) -> RunStopped | None
     return None if asked is None else RunStopped(f"{what} (one allocation asked for {asked}); {then}")
 
 
-def _scalars(metrics: dict[str, Any]) -> dict[str, float]:
+def scalar_metrics(metrics: dict[str, Any]) -> dict[str, float]:
     return {k: float(v) for k, v in metrics.items() if getattr(v, "numel", lambda: 1)() == 1}
