@@ -30,8 +30,8 @@ from poslab.config.composition import compose
 from poslab.data import build_datamodule
 from poslab.modalities import available_modalities
 from poslab.run.train import evaluate
+from poslab.track.wandb_offline import read_offline_run
 from tests.conftest import tiny_overrides
-from tests.wandb_files import read_offline_run
 
 TWO_CPU_PROCESSES = ["trainer=ddp", "trainer.accelerator=cpu", "trainer.devices=2", "trainer.precision=32-true"]
 MODALITIES = available_modalities()  # every modality the registry holds: a fork's too

@@ -22,7 +22,7 @@ from poslab.errors import ConfigError, RunInterrupted
 from poslab.run.callbacks import History, StepTimer, TrainingPosition
 from poslab.run.resume import resumed_config
 from poslab.run.train import train
-from tests.wandb_files import records
+from poslab.track.wandb_offline import records
 
 STEPS = ["trainer.max_epochs=3", "trainer.limit_train_batches=3", "model.dropout=0.1", "data.augment.enabled=true"]
 

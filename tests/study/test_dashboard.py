@@ -104,7 +104,7 @@ def _selected(tree, run: dict) -> bool:
 
 def _record(offline_dir) -> dict:
     """What W&B holds of a run for filtering, read from the files it wrote offline."""
-    from tests.wandb_files import read_offline_run
+    from poslab.track.wandb_offline import read_offline_run
 
     offline = read_offline_run(offline_dir)
     return {"run": {"tags": list(offline.run.tags), "jobType": offline.run.job_type, "group": offline.run.run_group},

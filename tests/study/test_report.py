@@ -16,7 +16,7 @@ from poslab.run.policy import config_hash
 from poslab.study import report_figures
 from poslab.study.compare import compare, plan
 from poslab.study.report import aggregate, build_report, check_expectations, find_summaries, group_runs
-from tests.wandb_files import read_offline_run
+from poslab.track.wandb_offline import read_offline_run
 
 
 def fake_summary(root: Path, encoder: str, seed: int, metrics: dict, lr: float = 1e-3) -> Path:

@@ -161,7 +161,7 @@ def test_a_sweep_trial_is_the_agents_w_and_b_run_and_resumed_it_stays_so(tiny, m
     W&B id is the agent's: ``run.json`` and the W&B run agree, and resuming the trial later logs to that run."""
     import json
 
-    from tests.wandb_files import read_offline_run
+    from poslab.track.wandb_offline import read_offline_run
 
     monkeypatch.setenv("WANDB_SWEEP_ID", "abcd1234")
     monkeypatch.setenv("WANDB_RUN_ID", "trial777")
@@ -185,7 +185,7 @@ def test_offline_runs_keep_their_checkpoints_as_artifacts_that_wandb_sync_upload
     import base64
     import hashlib
 
-    from tests.wandb_files import read_offline_run
+    from poslab.track.wandb_offline import read_offline_run
 
     summary = wandb_run(tiny, "logger.mode=offline", "logger.log_model=true")
     models = [a for a in read_offline_run(summary["wandb"]["dir"]).artifacts if a.type == "model"]
@@ -193,3 +193,26 @@ def test_offline_runs_keep_their_checkpoints_as_artifacts_that_wandb_sync_upload
     (entry,) = best.manifest.contents
     data = (Path(summary["run_dir"]) / summary["checkpoints"]["best"]).read_bytes()
     assert entry.path == "model.ckpt" and entry.digest == base64.b64encode(hashlib.md5(data).digest()).decode()
+
+
+def test_read_wandb_shows_what_an_offline_run_will_show_in_w_and_b(tiny, capsys, tmp_path):
+    """``poslab read-wandb``: the run record, config, summary and a logged series of an offline run, as JSON;
+    a folder without one is one line."""
+    import json
+
+    from poslab.cli import main
+
+    summary = wandb_run(tiny, "logger.mode=offline")
+    capsys.readouterr()
+    assert main(["read-wandb", summary["run_dir"], "--history", "val/acc"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["run"]["job_type"] == "train" and shown["run"]["group"].startswith("vision-classification-")
+    assert (
+        shown["config"]["encoder"] == summary["encoder"]
+        and shown["summary"]["test/acc"] == summary["metrics"]["test/acc"]
+    )
+    assert len(shown["history"]["val/acc"]) == 1
+    assert main(["read-wandb", str(tmp_path / "empty")]) == 2
+    assert (
+        capsys.readouterr().err == f"poslab read-wandb: error: {tmp_path / 'empty'}: no offline-run-* folder under it\n"
+    )

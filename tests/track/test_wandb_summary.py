@@ -15,8 +15,8 @@ from poslab.config.composition import compose
 from poslab.config.files import config_dir
 from poslab.modalities import available_modalities
 from poslab.run.train import train
+from poslab.track.wandb_offline import read_offline_run, records
 from tests.conftest import SHARED_DATA, tiny_overrides
-from tests.wandb_files import read_offline_run, records
 
 #: Per modality: (settings that add its end-of-run probes to the tiny run, one experiment of it with what
 #: the tiny run needs to run it).

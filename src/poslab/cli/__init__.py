@@ -29,6 +29,7 @@ from poslab.study.sweep import main as sweep_main
 from poslab.study.workers import run_workers
 from poslab.tools.bench import main as bench_main
 from poslab.tools.scaffold import main as new_main
+from poslab.track.wandb_offline import main as read_wandb_main
 
 EPILOG = """\
 examples:
@@ -72,7 +73,8 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     sub = parser.add_subparsers(
-        dest="command", metavar="{train,eval,generate,compare,prepare,report,dashboard,list,bench,show,new,sweep}"
+        dest="command",
+        metavar="{train,eval,generate,compare,prepare,report,dashboard,list,bench,show,new,sweep,read-wandb}",
     )
     train = sub.add_parser("train", help="train one model (key=value overrides)")
     train.add_argument("overrides", nargs="*", metavar="key=value")
@@ -111,6 +113,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("show", help="draw what an encoder does: ENCODER [key=value ...] [--modality --length --out --json]")
     sub.add_parser("new", help="stub files: encoder NAME --hook HOOK [--reads F] | dataset NAME --modality M")
     sub.add_parser("dashboard", help="save a W&B workspace + report for one comparison (online): COMPARE_ID")
+    sub.add_parser("read-wandb", help="what an offline W&B run holds (run, config, summary; --history KEY): DIR")
     sub.add_parser("sweep", help="print a W&B grid sweep: [modality=M] [experiment=X] [encoders=[a,b]] [seeds=N]")
     return parser
 
@@ -142,7 +145,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _dispatch(argv: list[str]) -> int:
-    plugin_mains = {"bench": bench_main, "sweep": sweep_main, "dashboard": dashboard_main, "new": new_main}
+    plugin_mains = {"bench": bench_main, "sweep": sweep_main, "dashboard": dashboard_main, "new": new_main,
+                    "read-wandb": read_wandb_main}  # fmt: skip
     if argv[:1] == ["show"]:
         from poslab.tools.show import main as show_main  # deferred: torch and matplotlib, ~3 s
 

@@ -1,4 +1,6 @@
-"""What W&B wrote for an offline run, read back from its ``run-*.wandb`` file (wandb 0.31 ships no reader).
+"""``poslab read-wandb DIR``: what W&B wrote for an offline run, read back from its ``run-*.wandb`` file (wandb
+ships no reader): the run (id, project, group, job type, tags), its config, its summary and, with ``--history
+KEY``, a logged series — what a run will show in W&B once ``wandb sync`` uploads it, checked without a server.
 
 The file is a LevelDB-style log (github.com/google/leveldb/blob/main/doc/log_format.md) behind a 7-byte
 header (``:W&B``, a 2-byte magic, a version byte): 32 KiB blocks of chunks, each a 7-byte header
@@ -8,8 +10,10 @@ a block's last 6 bytes (zero padding). Joined chunks are one ``wandb_internal_pb
 
 from __future__ import annotations
 
+import argparse
 import json
 import struct
+import sys
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -93,8 +97,18 @@ def read_offline_run(run_dir: str | Path) -> OfflineRun:
     """``run_dir``: an ``offline-run-*`` folder (or the run directory above a single one)."""
     run_dir = Path(run_dir)
     if not run_dir.name.startswith("offline-run-"):
-        (run_dir,) = sorted(run_dir.rglob("offline-run-*"))
-    (path,) = run_dir.glob("run-*.wandb")
+        found = sorted(run_dir.rglob("offline-run-*"))
+        if not found:
+            raise ValueError("no offline-run-* folder under it")
+        if len(found) > 1:
+            raise ValueError(
+                f"{len(found)} offline-run-* folders under it ({', '.join(p.name for p in found)}); name one"
+            )
+        (run_dir,) = found
+    files = sorted(run_dir.glob("run-*.wandb"))
+    if len(files) != 1:
+        raise ValueError(f"{len(files)} run-*.wandb files in {run_dir}")
+    (path,) = files
     out = OfflineRun()
     for record in records(path):
         kind = record.WhichOneof("record_type")
@@ -120,3 +134,25 @@ def read_offline_run(run_dir: str | Path) -> OfflineRun:
             for item in record.run.config.update:  # what wandb.init(config=…) set
                 _set(out.config, item)
     return out
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="poslab read-wandb", description=__doc__.splitlines()[0])
+    parser.add_argument("dir", help="an offline-run-* folder, or a run directory holding one")
+    parser.add_argument("--history", nargs="*", default=[], metavar="KEY", help="print these logged series too")
+    args = parser.parse_args(argv)
+    try:
+        offline = read_offline_run(args.dir)
+    except (ValueError, OSError) as exc:  # no offline run there, several, or a damaged file
+        print(f"poslab read-wandb: error: {args.dir}: {exc}", file=sys.stderr)
+        return 2
+    run = offline.run
+    shown = {
+        "run": {"id": run.run_id, "project": run.project, "entity": run.entity, "group": run.run_group,
+                "job_type": run.job_type, "tags": list(run.tags)} if run is not None else None,
+        "config": offline.config,
+        "summary": offline.summary,
+        "history": {key: offline.logged(key) for key in args.history},
+    }  # fmt: skip
+    print(json.dumps(shown, indent=1, default=str))
+    return 0
