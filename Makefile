@@ -129,9 +129,9 @@ new-dataset: ## stub files for a new data source: NAME=sonnets MODALITY=text (an
 	@test -n "$(NAME)" || { echo "make new-dataset needs NAME=<name> [MODALITY=<modality>]" >&2; exit 2; }
 	$(BIN)/poslab new dataset $(NAME) --modality $(MODALITY)
 
-new-modality: ## a working modality to start from (the template's toy task), its YAML and its tests: NAME=audio
+new-modality: ## a working modality to start from (the template's toy task), its YAML and its tests: NAME=audio [GRID=1: 2D]
 	@test -n "$(NAME)" || { echo "make new-modality needs NAME=<name>" >&2; exit 2; }
-	$(BIN)/poslab new modality $(NAME)
+	$(BIN)/poslab new modality $(NAME) $(if $(GRID),--grid)
 
 clean: ## remove runs, W&B files, reports and caches (keeps .venv and data/)
 	rm -rf runs wandb reports lightning_logs .pytest_cache .hypothesis .ruff_cache

@@ -136,8 +136,10 @@ def test_outside_a_checkout_new_is_one_line_and_writes_nothing(tmp_path, capsys)
     assert "plugin package" in err and not list(tmp_path.iterdir())
 
 
-def test_new_modality_writes_a_package_that_registers_trains_and_passes_its_own_tests(tmp_path, monkeypatch):
-    """The copy of the template, discovered where a checkout keeps modalities, with its YAML and tests."""
+@pytest.mark.parametrize("grid", [False, True], ids=["sequence", "grid"])
+def test_new_modality_writes_a_package_that_registers_trains_and_passes_its_own_tests(tmp_path, monkeypatch, grid):
+    """The copy of the template (a sequence at steps, or a 2D grid at coords), discovered where a checkout keeps
+    modalities, with its YAML and tests."""
     import sys
 
     import poslab.modalities
@@ -145,7 +147,7 @@ def test_new_modality_writes_a_package_that_registers_trains_and_passes_its_own_
     from poslab.modalities import registry as plugins
     from poslab.tools.scaffold import new_modality
 
-    written = new_modality("scaffolded", root=tmp_path)
+    written = new_modality("scaffolded", root=tmp_path, grid=grid)
     package = tmp_path / "src" / "poslab" / "modalities" / "scaffolded"
     modules = ("__init__", "schema", "data", "model", "task", "record")
     assert sorted(p.relative_to(tmp_path).as_posix() for p in written) == sorted(
@@ -161,10 +163,13 @@ def test_new_modality_writes_a_package_that_registers_trains_and_passes_its_own_
     try:
         assert "scaffolded" in plugins.available_modalities()
         assert compose(["modality=scaffolded"]).model.dim == 32  # its YAML
+        assert list(compose(["modality=scaffolded"]).positions) == (["coords"] if grid else ["steps"])
         tests = _load(tmp_path / "tests" / "test_scaffolded_modality.py")
-        tests.test_the_label_says_whether_the_first_token_is_larger_than_the_last()
-        tests.test_the_options_are_declared_once_and_checked()
-        tests.test_a_short_run_writes_its_summary(tmp_path / "runs")
+        own = [name for name in vars(tests) if name.startswith("test_")]
+        assert len(own) == 3
+        for name in own:  # every test the template wrote, as pytest would call it
+            test = getattr(tests, name)
+            test(tmp_path / "runs") if "tmp_path" in test.__code__.co_varnames else test()
     finally:
         plugins.unregister_modality("scaffolded")
         for name in [m for m in sys.modules if m.startswith("poslab.modalities.scaffolded")]:

@@ -254,18 +254,21 @@ register_modality(MODALITY)
 '''
 
 
-def new_modality(name: str, root: Path | str = ".") -> list[Path]:
-    """Write a working modality ``name`` under ``root`` from the template; a one-line error for a bad name,
-    a modality that exists or a file that does (nothing is written then)."""
+def new_modality(name: str, root: Path | str = ".", grid: bool = False) -> list[Path]:
+    """Write a working modality ``name`` under ``root`` from the template — a sequence of tokens at steps, or
+    with ``grid`` a 2D grid of cells at (row, col) — a one-line error for a bad name, a modality that exists or
+    a file that does (nothing is written then)."""
 
     _check_name(name, "modality")
     if name in available_modalities():
         raise ConfigError(f"modality '{name}' exists already; pick another name")
     template = resources.files("poslab.tools.scaffolds.modality")
+    on_grid = resources.files("poslab.tools.scaffolds.modality_grid")  # the files a grid modality changes
     root = Path(root)
     files = {root / "src" / "poslab" / "modalities" / name / "__init__.py": MODALITY_INIT.format(name=name)}
     for source, target in MODALITY_FILES.items():
-        files[root / target.format(name=name)] = renamed(template.joinpath(source).read_text(), name)
+        chosen = on_grid if grid and on_grid.joinpath(source).is_file() else template
+        files[root / target.format(name=name)] = renamed(chosen.joinpath(source).read_text(), name)
     return _write(files)
 
 
@@ -285,8 +288,9 @@ def main(argv: list[str] | None = None) -> int:
     dataset = kinds.add_parser("dataset", help="a data source: NAME --modality MODALITY")
     dataset.add_argument("name", help="its data.name, e.g. sonnets")
     dataset.add_argument("--modality", required=True, help="the modality whose data it is")
-    modality = kinds.add_parser("modality", help="a modality, from the smallest working one: NAME")
+    modality = kinds.add_parser("modality", help="a modality, from the smallest working one: NAME [--grid]")
     modality.add_argument("name", help="its modality= name, e.g. audio")
+    modality.add_argument("--grid", action="store_true", help="tokens on a 2D grid at (row, col), not a sequence")
     for sub in (encoder, dataset, modality):
         sub.add_argument("--root", type=Path, default=Path("."), help="the repository root (default: .)")
     args = parser.parse_args(argv)
@@ -306,7 +310,7 @@ def main(argv: list[str] | None = None) -> int:
             written = new_dataset(args.name, args.modality, args.root)
             after = f"write the loader, its sample and its test, then `make test` (data={args.name} trains on it)"
         else:
-            written = new_modality(args.name, args.root)
+            written = new_modality(args.name, args.root, grid=args.grid)
             after = (
                 f"`poslab train modality={args.name}` trains the template's task; replace its data, model and "
                 f"task, then `make test` (docs/extending.md, 'Add a modality')"
