@@ -306,7 +306,7 @@ def test_an_experiment_tunes_one_encoder_with_encoder_options():
 def _yaml_nodes_and_schemas():
     """(file, key, node, schema) for every node a YAML sets that a schema declares defaults for."""
     from poslab.run.trainer_options import trainer_schema
-    from poslab.tasks.optimizers import SchedConfig, optimizer_schema
+    from poslab.tasks.optimizers import optimizer_schema, sched_schema
 
     def schemas_for(modality: str) -> dict:
         root = root_schema(get_modality(modality), encoder_schema("none"))
@@ -330,7 +330,7 @@ def _yaml_nodes_and_schemas():
         if "optim" in node:
             yield path, "optim", node.optim, optimizer_schema(node.optim.get("name", "adamw"))
         if "sched" in node:
-            yield path, "sched", node.sched, SchedConfig
+            yield path, "sched", node.sched, sched_schema(node.sched.get("name", "one_cycle"))
 
 
 #: What a trainer preset sets in full, defaults included: `poslab eval ... trainer=cpu` on a DDP run's checkpoint

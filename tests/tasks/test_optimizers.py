@@ -85,7 +85,16 @@ def test_sgd_from_config_keeps_the_decay_groups_and_leaves_out_adamws_betas():
         (["optim.name=lbfgs"], "optim.name cannot be 'lbfgs': it re-evaluates the loss in a closure"),
         (["optim.name=sgd", "optim.momentun=0.9"], "unknown config key 'optim.momentun' (did you mean"),
         (["optim.name=sgd", "optim.nesterov=maybe"], "config key 'optim.nesterov' expects bool"),
-        (["sched.name=cosin"], "config key 'sched.name' expects one of 'one_cycle', 'constant', 'cosine', 'linear'"),
+        (["sched.name=cosin"], "sched.name cannot be 'cosin' (did you mean 'cosine'?); valid: one_cycle, constant,"),
+        (["sched.name=steplr"], "sched.name cannot be 'steplr' (did you mean 'StepLR'?)"),
+        (["sched.name=LambdaLR"], "sched.name cannot be 'LambdaLR': it takes a function; valid: one_cycle,"),
+        (["sched.name=OneCycleLR"], "sched.name cannot be 'OneCycleLR': sched.name=one_cycle is it, sized to the run"),
+        (["sched.name=StepLR", "sched.step_size=0"], "config key 'sched.step_size' must be >= 1, got 0"),
+        (["sched.name=StepLR", "sched.step=2"], "unknown config key 'sched.step' (did you mean"),
+        (["sched.name=StepLR"], "sched.name=StepLR refuses its options: StepLR.__init__() missing 1 required"),
+        (["sched.name=ReduceLROnPlateau", "sched.interval=step"], "sched.interval must be epoch"),
+        (["sched.name=ReduceLROnPlateau", "sched.mode=maximum"], "'sched.mode' expects one of 'min', 'max', got"),
+        (["sched.name=CyclicLR", "sched.base_lr=0.1", "sched.max_lr=0.2", "sched.mode=zigzag"], "'sched.mode' expects"),
     ],
 )
 def test_a_bad_optimiser_or_schedule_is_one_line(overrides, message, tmp_path, capsys):
@@ -139,3 +148,54 @@ def test_one_cycle_keeps_a_momentum_the_config_sets_and_cycles_the_default():
     assert seen == [0.5] * 10
     adamw = configure(model(), {"lr": 0.1, "weight_decay": 0.0, "warmup_fraction": 0.3}, {"name": "one_cycle"}, 10)
     assert adamw["optimizer"].param_groups[0]["betas"][0] == pytest.approx(0.95)  # cycled: starts at the top
+
+
+def test_a_torch_scheduler_by_class_name_steps_as_its_class_does_per_epoch():
+    """``sched.name=StepLR``: torch's class with the config's typed arguments, stepped per epoch (Lightning's
+    ``interval``): lr * gamma ** (epoch // step_size); ``MultiStepLR`` takes its milestones as a list."""
+    cfg = compose(["sched.name=StepLR", "sched.step_size=2", "sched.gamma=0.5", "optim.lr=0.1"])
+    built = configure(model(), cfg.optim, cfg.sched, total_steps=100)
+    scheduler = built["lr_scheduler"]
+    assert type(scheduler["scheduler"]) is torch.optim.lr_scheduler.StepLR
+    assert (scheduler["interval"], scheduler["frequency"], scheduler["name"]) == ("epoch", 1, "train/lr")
+    lrs = run_steps(built["optimizer"], scheduler["scheduler"], model(), 6)  # one step() per epoch here
+    assert lrs == pytest.approx([0.1 * 0.5 ** (epoch // 2) for epoch in range(6)])
+    multi = compose(["sched.name=MultiStepLR", "sched.milestones=[1,3]", "sched.interval=step"])
+    built = configure(model(), multi.optim, multi.sched, total_steps=10)
+    assert built["lr_scheduler"]["interval"] == "step" and built["lr_scheduler"]["scheduler"].milestones == {1: 1, 3: 1}
+
+
+@pytest.mark.parametrize(("modality", "watched"), [("vision", ("val/acc", "max")), ("text", ("val/loss", "min"))])
+def test_reduce_on_plateau_watches_the_tasks_metric_unless_told_another(modality, watched):
+    cfg = compose([f"modality={modality}", "sched.name=ReduceLROnPlateau", "sched.patience=1"])
+    built = configure(model(), cfg.optim, cfg.sched, total_steps=10, monitor=watched)["lr_scheduler"]
+    assert built["monitor"] == watched[0] and built["scheduler"].mode == watched[1] and built["interval"] == "epoch"
+    told = compose([f"modality={modality}", "sched.name=ReduceLROnPlateau", "sched.monitor=train/loss",
+                    "sched.mode=min"])  # fmt: skip
+    built = configure(model(), told.optim, told.sched, total_steps=10, monitor=watched)["lr_scheduler"]
+    assert built["monitor"] == "train/loss" and built["scheduler"].mode == "min"
+
+
+def test_a_run_with_reduce_on_plateau_lowers_its_learning_rate_when_the_metric_stalls(tiny):
+    """In a real fit: Lightning steps it at each validation with the task's metric (patience 0, factor 0.5: the
+    rate halves at every epoch whose val/acc did not improve)."""
+    import csv
+    from pathlib import Path
+
+    from poslab.run.train import train
+
+    overrides = [o for o in tiny if o != "logger=none"]
+    summary = train(compose([*overrides, "logger=csv", "sched.name=ReduceLROnPlateau", "sched.patience=0",
+                             "sched.factor=0.5", "trainer.max_epochs=4", "optim.lr=0.003",
+                             "trainer.log_every_n_steps=1"]))  # fmt: skip
+    accs = [acc for _, acc in summary["history"]["val/acc"]]
+    assert len(accs) == 4
+    halvings, best = [0], accs[0]
+    for acc in accs[1:]:  # torch's rule in max mode: better than the best by more than 1e-4 of it (rel threshold)
+        halvings.append(halvings[-1] + (acc <= best * (1 + 1e-4)))
+        best = max(best, acc)
+    rows = list(csv.DictReader((Path(summary["run_dir"]) / "csv" / "metrics.csv").open()))
+    lrs = {int(r["step"]): float(r["train/lr"]) for r in rows if r.get("train/lr")}
+    for step, lr in lrs.items():  # 3 steps an epoch; the rate of epoch e follows the validations before it
+        epoch = step // 3
+        assert lr == pytest.approx(0.003 * 0.5 ** (halvings[epoch - 1] if epoch else 0)), (step, accs)

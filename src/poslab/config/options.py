@@ -10,15 +10,17 @@ import enum
 import inspect
 import types
 import typing
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Annotated, Any, Literal, Optional, Union
 
 from omegaconf import MISSING
 
 from poslab.config.ranges import Range
 
-#: The scalar types a config value can hold.
-SCALARS = (bool, int, float, str)
+SCALARS = (bool, int, float, str)  # the scalar types a config value can hold
+LISTS = (list, Iterable, Sequence)  # written in YAML as a list (torch's MultiStepLR takes Iterable[int] milestones)
+#: Names a library's annotations may use while importing them for type checkers only (torch's schedulers do).
+ANNOTATION_NAMES = {"Iterable": Iterable, "Sequence": Sequence, "Callable": Callable, "Mapping": Mapping}
 
 
 def keyword_options(fn: Callable, supplied: tuple[str, ...] = ()) -> dict[str, inspect.Parameter]:
@@ -31,8 +33,7 @@ def keyword_options(fn: Callable, supplied: tuple[str, ...] = ()) -> dict[str, i
 
 def pick_options(fn: Callable, values: Mapping[str, Any], supplied: tuple[str, ...] = ()) -> dict[str, Any]:
     """The entries of ``values`` that are options of ``fn`` (a config node also holds keys other code reads)."""
-    options = keyword_options(fn, supplied)
-    return {k: v for k, v in values.items() if k in options}
+    return {k: values[k] for k in keyword_options(fn, supplied) if k in values}
 
 
 def signature_schema(
@@ -49,7 +50,7 @@ def signature_schema(
     left out), after the ``leading`` ``(key, type, field)`` entries and ``bases``' fields. Defaults are ``fn``'s
     unless ``defaults`` overrides one (none: required); ``ranges`` declares what a library's signature cannot."""
     target = fn.__init__ if isinstance(fn, type) else fn
-    hints = typing.get_type_hints(target, include_extras=True)
+    hints = typing.get_type_hints(target, include_extras=True, localns=ANNOTATION_NAMES)
     fields_ = list(leading)
     for key, param in keyword_options(fn, skip).items():
         held = config_type(hints.get(key, Any))
@@ -78,9 +79,8 @@ def plain_default(value: Any) -> Any:
 
 
 def config_type(annotation: Any) -> Any:
-    """What a config key can hold of a parameter's annotation: its scalar, listed (``Literal``s merged),
-    container and option-block (dataclass) members, ranges kept; objects dropped, as a YAML value cannot be one
-    (``None`` when nothing is left)."""
+    """What a config key can hold of an annotation: its scalar, listed (``Literal``s merged), container and option-
+    block (dataclass) members, ranges kept; objects dropped, as YAML cannot hold one (``None`` when none is left)."""
     if typing.get_origin(annotation) is Annotated:
         bare, *extras = typing.get_args(annotation)
         held = config_type(bare)
@@ -98,10 +98,10 @@ def config_type(annotation: Any) -> Any:
             optional |= None in typing.get_args(member)
         elif member in SCALARS or dataclasses.is_dataclass(member) or origin is Annotated:
             kept.append(config_type(member) if origin is Annotated else member)
-        elif origin in (list, dict, tuple):
+        elif origin in (*LISTS, dict, tuple):
             inner = [a if a is Ellipsis else config_type(a) for a in typing.get_args(member)]
             if None not in inner:  # a list of objects cannot be written in YAML either
-                kept.append(origin[tuple(inner)] if inner else member)
+                kept.append((list if origin in LISTS else origin)[tuple(inner)] if inner else member)
     kept.sort(key=lambda m: SCALARS.index(m) if m in SCALARS else len(SCALARS))  # bool before int, as OmegaConf
     if listed and str not in kept:  # a listed string next to any string is any string
         kept.insert(0, Literal[tuple(dict.fromkeys(listed))])

@@ -20,13 +20,13 @@ from poslab.modalities.registry import get_modality
 from poslab.run.presets import check_logger, entries, preset_schema
 from poslab.run.rundir import RunConfig, check_run_name
 from poslab.run.trainer_options import trainer_schema
-from poslab.tasks.optimizers import DEFAULT_OPTIMIZER, SchedConfig, optimizer_schema
+from poslab.tasks.optimizers import DEFAULT_OPTIMIZER, DEFAULT_SCHEDULE, optimizer_schema, sched_schema
 
 #: Nodes typed by a signature and kept sparse, and the schema of each (from the node: the optimiser it names).
 SIGNATURE_NODES: dict[str, Callable[[Mapping], type]] = {
     "trainer": lambda node: trainer_schema(),
     "optim": lambda node: optimizer_schema(node.get("name", DEFAULT_OPTIMIZER)),
-    "sched": lambda node: SchedConfig,
+    "sched": lambda node: sched_schema(node.get("name", DEFAULT_SCHEDULE)),
 }
 
 
@@ -86,7 +86,7 @@ def root_schema(parts: Any, encoder: type) -> type:
             ("data", parts.data, field(default_factory=parts.data)),
             ("model", parts.model, field(default_factory=parts.model)),
             ("optim", dict[str, Any], field(default_factory=dict)),  # typed by the optimiser's signature, sparse
-            ("sched", dict[str, Any], field(default_factory=dict)),  # typed by SchedConfig, sparse
+            ("sched", dict[str, Any], field(default_factory=dict)),  # typed by the schedule's, sparse
             ("callbacks", list[Any], field(default_factory=list)),  # presets: poslab.run.presets
             ("trainer", dict[str, Any], field(default_factory=dict)),  # typed by lightning.Trainer's, sparse
             ("logger", LoggerConfig, field(default_factory=LoggerConfig)),

@@ -88,5 +88,5 @@ class PositionTask(L.LightningModule):
     def configure_optimizers(self):
         return configure(
             self, self.cfg["optim"], self.cfg.get("sched"), self.trainer.estimated_stepping_batches,
-            no_decay_modules=(self.encoder,),
+            no_decay_modules=(self.encoder,), monitor=self.monitor,
         )  # fmt: skip

@@ -1,20 +1,22 @@
 """Optimiser and schedule from config: ``optim.name`` among ``torch.optim``'s optimisers (AdamW by default),
-``sched.name`` among a few per-step schedules (one-cycle by default); no weight decay on position and norm
-parameters. The defaults build exactly the AdamW + one-cycle every run had before these became options."""
+``sched.name`` among a few per-step schedules sized to the run (one-cycle by default) or any of
+``torch.optim.lr_scheduler``'s by class name (``StepLR``, ``ReduceLROnPlateau``, ``MultiStepLR`` …, their
+arguments typed from their signatures); no weight decay on position and norm parameters. The defaults build
+exactly the AdamW + one-cycle every run had before these became options."""
 
 from __future__ import annotations
 
 import dataclasses
 import functools
 import math
-from dataclasses import dataclass, field
-from typing import Annotated, Any, Literal
+from dataclasses import field
+from typing import Annotated, Any, Literal, Optional
 
 import torch
 from torch import nn
 
 from poslab.config.options import keyword_options, signature_schema
-from poslab.config.ranges import AT_LEAST_0, FRACTION, POSITIVE, Range
+from poslab.config.ranges import AT_LEAST_0, AT_LEAST_1, FRACTION, POSITIVE, Range
 from poslab.errors import ConfigError, did_you_mean
 
 #: Optimisers ``optim.name`` may not name, and why: each needs what a config cannot give it.
@@ -144,24 +146,98 @@ def linear(step: int, total: int, warmup: int) -> float:
     return ramp if ramp is not None else max(0.0, 1 - (step - warmup) / max(1, total - warmup))
 
 
-@dataclass
-class SchedConfig:
-    """The learning-rate schedule, stepped per batch after ``optim.warmup_fraction`` of linear warmup
-    (:data:`SCHEDULES`); one-cycle is torch's ``OneCycleLR``."""
-
-    name: Literal["one_cycle", "constant", "cosine", "linear"] = "one_cycle"
-
-
 #: ``sched.name`` -> the factor of ``optim.lr`` at a step; ``one_cycle`` is torch's OneCycleLR.
 SCHEDULES = {"one_cycle": None, "constant": constant, "cosine": cosine, "linear": linear}
 DEFAULT_SCHEDULE = "one_cycle"
+#: torch's schedulers ``sched.name`` may not name, and why: each needs what a config cannot give it.
+UNSUPPORTED_SCHEDULERS = {
+    "LambdaLR": "it takes a function",
+    "MultiplicativeLR": "it takes a function",
+    "SequentialLR": "it takes other schedulers",
+    "ChainedScheduler": "it takes other schedulers",
+    "OneCycleLR": "sched.name=one_cycle is it, sized to the run",
+}
+#: The sched node's keys that are poslab's (Lightning's scheduler settings), not the scheduler's.
+SCHED_KEYS = ("name", "interval", "frequency", "monitor")
+#: Ranges of the schedulers' arguments, by name wherever one takes it (their signatures carry none).
+SCHED_RANGES = {"step_size": AT_LEAST_1, "gamma": POSITIVE, "T_max": AT_LEAST_1, "T_0": AT_LEAST_1,
+                "T_mult": AT_LEAST_1, "eta_min": AT_LEAST_0, "factor": POSITIVE, "patience": AT_LEAST_0,
+                "cooldown": AT_LEAST_0, "min_lr": AT_LEAST_0, "total_iters": AT_LEAST_0, "power": AT_LEAST_0,
+                "threshold": AT_LEAST_0, "eps": AT_LEAST_0}  # fmt: skip
 
 
-def configure(module, optim_cfg, sched_cfg, total_steps: int, no_decay_modules=()) -> dict[str, Any]:
-    """Lightning's ``configure_optimizers`` value: the optimiser and its per-step schedule."""
+def torch_schedulers() -> dict[str, type]:
+    """``torch.optim.lr_scheduler``'s schedulers by class name, but those a config cannot build."""
+    found = {
+        name: cls
+        for name, cls in vars(torch.optim.lr_scheduler).items()
+        if isinstance(cls, type) and not name.startswith("_") and name != "LRScheduler"
+        and (issubclass(cls, torch.optim.lr_scheduler.LRScheduler) or cls is torch.optim.lr_scheduler.ReduceLROnPlateau)
+    }  # fmt: skip
+    return {k: v for k, v in sorted(found.items()) if k not in UNSUPPORTED_SCHEDULERS}
+
+
+@functools.cache
+def sched_schema(name: str) -> type:
+    """``sched.*`` for schedule ``name``: poslab's per-step schedules take only the name; a torch scheduler its
+    constructor's arguments, and Lightning's ``interval`` (``epoch`` by default, as torch's examples step
+    them), ``frequency`` and ``monitor`` (ReduceLROnPlateau: the metric it watches; default: the task's)."""
+    known = torch_schedulers()
+    names = (*SCHEDULES, *known)
+    if name not in names:
+        why = f": {UNSUPPORTED_SCHEDULERS[name]}" if name in UNSUPPORTED_SCHEDULERS else did_you_mean(name, names)
+        raise ConfigError(f"sched.name cannot be {name!r}{why}; valid: {', '.join(names)}")
+    leading = [("name", Literal[names], field(default=DEFAULT_SCHEDULE))]  # type: ignore[valid-type]
+    if name in SCHEDULES:
+        schema = dataclasses.make_dataclass(f"Sched_{name}", leading)
+    else:
+        leading += [
+            ("interval", Literal["epoch", "step"], field(default="epoch")),
+            ("frequency", Annotated[int, AT_LEAST_1], field(default=1)),
+            ("monitor", Optional[str], field(default=None)),
+        ]
+        schema = signature_schema(f"Sched_{name}", known[name], skip=("optimizer", "last_epoch", "verbose"),
+                                  leading=leading, ranges=SCHED_RANGES)  # fmt: skip
+        schema.check = check_scheduler
+    schema.label = f"sched.name={name}"
+    return schema
+
+
+def check_scheduler(sched_cfg: dict[str, Any]) -> None:
+    """A torch scheduler built once over a one-weight optimiser, before anything is written: its own argument
+    checks are one line; ReduceLROnPlateau reads a validation metric, so it steps per epoch."""
+    name = sched_cfg["name"]
+    if name == "ReduceLROnPlateau" and sched_cfg.get("interval", "epoch") != "epoch":
+        raise ConfigError("sched.name=ReduceLROnPlateau watches a validation metric: sched.interval must be epoch")
+    try:
+        torch_scheduler(torch.optim.SGD(nn.Linear(1, 1).parameters(), lr=0.1), sched_cfg)
+    except (ValueError, TypeError) as exc:
+        raise ConfigError(f"sched.name={name} refuses its options: {str(exc).splitlines()[0]}") from None
+
+
+def torch_scheduler(optimizer: torch.optim.Optimizer, sched_cfg: dict[str, Any]):
+    options = {k: v for k, v in sched_cfg.items() if k not in SCHED_KEYS}
+    return torch_schedulers()[sched_cfg["name"]](optimizer, **options)
+
+
+def configure(module, optim_cfg, sched_cfg, total_steps: int, no_decay_modules=(),
+              monitor: tuple[str, str] | None = None) -> dict[str, Any]:  # fmt: skip
+    """Lightning's ``configure_optimizers`` value: the optimiser and its schedule. ``monitor``: the task's
+    (metric, mode), for a ReduceLROnPlateau that names none."""
     optimizer = build_optimizer(module, optim_cfg, no_decay_modules)
     steps = max(2, int(total_steps))
-    name = (sched_cfg or {}).get("name", DEFAULT_SCHEDULE)
+    sched_cfg = dict(sched_cfg or {})
+    name = sched_cfg.get("name", DEFAULT_SCHEDULE)
+    if name in torch_schedulers():  # as its class steps it: optim.warmup_fraction does not apply
+        if name == "ReduceLROnPlateau" and monitor is not None:
+            sched_cfg.setdefault("mode", monitor[1])
+            sched_cfg["monitor"] = sched_cfg.get("monitor") or monitor[0]
+        scheduler = {"scheduler": torch_scheduler(optimizer, sched_cfg), "name": "train/lr",
+                     "interval": sched_cfg.get("interval", "epoch"),
+                     "frequency": sched_cfg.get("frequency", 1)}  # fmt: skip
+        if sched_cfg.get("monitor"):
+            scheduler["monitor"] = sched_cfg["monitor"]
+        return {"optimizer": optimizer, "lr_scheduler": scheduler}
     if name == "one_cycle":
         lr = optim_cfg["lr"]
         # One-cycle also cycles the momentum (SGD's) or beta1 (Adam's) between 0.85 and 0.95 (Smith 2018), where
