@@ -1,7 +1,6 @@
 """The option blocks every modality extends (``eval.*``, ``model.*``) and the logger's options. Every other option
-is declared where it is used: an encoder's and a model's in their constructors, a modality's ``task`` / ``data``
-/ ``eval`` in its ``schema.py``, ``run.*`` beside the run directory, the optimiser's and the schedule's beside
-them; :func:`poslab.config.validation.root_schema` joins them."""
+is declared where it is used (constructors, a modality's ``schema.py``, ``run.*`` beside the run directory, the
+optimiser's, schedule's and checkpoint's beside them); :func:`poslab.config.validation.root_schema` joins them."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
-"""Which schema each part of a composed config has, and the checks across keys: the root schema with the
-modality's and the encoder's blocks; ``trainer``, ``optim``, ``sched`` and the callback presets typed from their
-signatures and kept sparse (a config holds the keys it sets; the rest stay the library's defaults)."""
+"""Each part of a composed config's schema, and the checks across keys: ``trainer``, ``optim``, ``sched``,
+``checkpoint`` and callback presets typed from their signatures, sparse (the rest keep the library's defaults)."""
 
 from __future__ import annotations
 
@@ -17,7 +16,7 @@ from poslab.config.schema import MISSING, LoggerConfig
 from poslab.encoders.registry import encoder_class, encoder_schema
 from poslab.errors import ConfigError
 from poslab.modalities.registry import get_modality
-from poslab.run.presets import check_logger, entries, preset_schema
+from poslab.run.presets import check_logger, checkpoint_schema, entries, preset_schema
 from poslab.run.rundir import RunConfig, check_run_name
 from poslab.run.trainer_options import trainer_schema
 from poslab.tasks.optimizers import DEFAULT_OPTIMIZER, DEFAULT_SCHEDULE, optimizer_schema, sched_schema
@@ -27,6 +26,7 @@ SIGNATURE_NODES: dict[str, Callable[[Mapping], type]] = {
     "trainer": lambda node: trainer_schema(),
     "optim": lambda node: optimizer_schema(node.get("name", DEFAULT_OPTIMIZER)),
     "sched": lambda node: sched_schema(node.get("name", DEFAULT_SCHEDULE)),
+    "checkpoint": lambda node: checkpoint_schema(),
 }
 
 
@@ -88,6 +88,7 @@ def root_schema(parts: Any, encoder: type) -> type:
             ("optim", dict[str, Any], field(default_factory=dict)),  # typed by the optimiser's signature, sparse
             ("sched", dict[str, Any], field(default_factory=dict)),  # typed by the schedule's, sparse
             ("callbacks", list[Any], field(default_factory=list)),  # presets: poslab.run.presets
+            ("checkpoint", dict[str, Any], field(default_factory=dict)),  # typed by ModelCheckpoint's, sparse
             ("trainer", dict[str, Any], field(default_factory=dict)),  # typed by lightning.Trainer's, sparse
             ("logger", LoggerConfig, field(default_factory=LoggerConfig)),
             ("run", RunConfig, field(default_factory=RunConfig)),

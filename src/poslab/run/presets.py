@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Literal, Optional
 
 from poslab.config.options import signature_schema
+from poslab.config.ranges import Range
 from poslab.errors import ConfigError, did_you_mean
 
 
@@ -91,3 +92,32 @@ def build_callbacks(listed: list[Any], run: RunFacts, existing: list) -> list:
     added = [lightning_class(name)(**{**PRESETS[name].supplied(run), **options}) for name, options in entries(listed)]
     kinds = {type(c) for c in added}
     return [c for c in existing if type(c) not in kinds] + added
+
+
+#: ModelCheckpoint's arguments poslab sets for the best checkpoint: its folder and name (``best.ckpt``, the one
+#: tested), ``last.ckpt`` (a callback of its own, for resume) and names that never grow a ``-v1``.
+CHECKPOINT_OWNED = ("dirpath", "filename", "save_last", "enable_version_counter", "auto_insert_metric_name")
+
+
+@functools.cache
+def checkpoint_schema() -> type:
+    """``checkpoint.*``: the best checkpoint's options, typed from ``ModelCheckpoint``'s signature (``save_top_k``,
+    ``every_n_train_steps``, ``save_weights_only`` …); ``monitor`` and ``mode`` default to the task's."""
+    from lightning.pytorch.callbacks import ModelCheckpoint  # only when composing: Lightning takes seconds to import
+
+    leading = [("mode", Optional[Literal["min", "max"]], field(default=None))]  # None: the task's direction
+    schema = signature_schema("Checkpoint", ModelCheckpoint, (*CHECKPOINT_OWNED, "mode"), leading=leading,
+                              ranges={"save_top_k": Range(-1), "every_n_train_steps": Range(0),
+                                      "every_n_epochs": Range(0)})  # fmt: skip
+    schema.label = "checkpoint"
+    return schema
+
+
+def best_checkpoint(options: Mapping[str, Any], run: RunFacts) -> dict[str, Any]:
+    """The best checkpoint's ModelCheckpoint arguments: the task's metric and direction unless ``options`` name
+    others; ``best.ckpt``, or with ``save_top_k`` above 1 ``best-step<N>.ckpt`` files (the best of them tested)."""
+    chosen = {k: v for k, v in options.items() if v is not None}
+    monitor = chosen.pop("monitor", run.monitor)
+    mode = chosen.pop("mode", run.mode if monitor == run.monitor else "min")
+    name = "best" if chosen.get("save_top_k", 1) in (0, 1) else "best-step{step}"
+    return {"monitor": monitor, "mode": mode, "filename": name, "auto_insert_metric_name": False, **chosen}

@@ -43,7 +43,7 @@ from poslab.run.callbacks import (
 )
 from poslab.run.checkpoints import recorded_digest, verify_digest
 from poslab.run.policy import config_hash, setting_hash
-from poslab.run.presets import RunFacts, build_callbacks
+from poslab.run.presets import RunFacts, best_checkpoint, build_callbacks
 from poslab.run.resume import (
     FIT_RECORD,
     LAST_CHECKPOINT,
@@ -161,8 +161,9 @@ class Run:
         """Fit (from ``checkpoints/last.ckpt`` when resuming); returns the best-checkpoint callback. A signal ends
         it with the line that says how to continue; running out of memory keeps the checkpoints so far."""
         monitor, mode = task.monitor
+        facts = RunFacts(monitor, mode, self.cfg.optim.lr)
         best = RunCheckpoint(
-            dirpath=self.dir / "checkpoints", filename="best", monitor=monitor, mode=mode, auto_insert_metric_name=False
+            dirpath=self.dir / "checkpoints", **best_checkpoint(self.cfg.get("checkpoint") or {}, facts)
         )
         self.periodic = PeriodicLast(self.dir / "checkpoints", self.cfg.run.checkpoint_every_n_steps)
         self.fitted = FitMetrics(self.dir / FIT_RECORD, best)
@@ -170,7 +171,7 @@ class Run:
         callbacks.append(self.fitted)
         if self.logger is not None:
             callbacks.append(LearningRateMonitor(logging_interval="step"))
-        callbacks = build_callbacks(self.cfg.callbacks, RunFacts(monitor, mode, self.cfg.optim.lr), callbacks)
+        callbacks = build_callbacks(self.cfg.callbacks, facts, callbacks)
         self.trainer = build_trainer(self.cfg, self.dir, self.logger, callbacks)
         define_summaries(self.logger, monitor, mode)
         last = self.dir / LAST_CHECKPOINT
@@ -222,7 +223,7 @@ class Run:
             logged = set(metrics)  # through Lightning's loops
             score = recorded.get("best_score", best.best_model_score)
             if score is not None:
-                metrics[f"{task.monitor[0]}_best"] = float(score)
+                metrics[f"{best.monitor}_best"] = float(score)  # the metric the best checkpoint follows
             checkpoints = {"best": self._relative(path), "last": self._relative(self.periodic.last_model_path)}
             return self.finish(task, metrics, logged, checkpoints)
         except (SIGTERMException, RunInterrupted):
