@@ -26,7 +26,7 @@ SIGNATURE_NODES: dict[str, Callable[[Mapping], type]] = {
     "trainer": lambda node: trainer_schema(),
     "optim": lambda node: optimizer_schema(node.get("name", DEFAULT_OPTIMIZER)),
     "sched": lambda node: sched_schema(node.get("name", DEFAULT_SCHEDULE)),
-    "checkpoint": lambda node: checkpoint_schema(),
+    "checkpoint": checkpoint_schema,
 }
 
 

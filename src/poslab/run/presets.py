@@ -10,8 +10,9 @@ every logged run carries) replaces it.
 from __future__ import annotations
 
 import functools
+import sys
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, make_dataclass
 from typing import Any, Literal, Optional
 
 from poslab.config.options import signature_schema
@@ -99,11 +100,21 @@ def build_callbacks(listed: list[Any], run: RunFacts, existing: list) -> list:
 CHECKPOINT_OWNED = ("dirpath", "filename", "save_last", "enable_version_counter", "auto_insert_metric_name")
 
 
-@functools.cache
-def checkpoint_schema() -> type:
+def checkpoint_schema(node: Mapping[str, Any] | None = None) -> type:
     """``checkpoint.*``: the best checkpoint's options, typed from ``ModelCheckpoint``'s signature (``save_top_k``,
-    ``every_n_train_steps``, ``save_weights_only`` …); ``monitor`` and ``mode`` default to the task's."""
-    from lightning.pytorch.callbacks import ModelCheckpoint  # only when composing: Lightning takes seconds to import
+    ``every_n_train_steps``, ``save_weights_only`` …); ``monitor`` and ``mode`` default to the task's. A node that
+    sets nothing checks the same against no keys, so composing it does not import Lightning (seconds) for that."""
+    if not node and "lightning.pytorch" not in sys.modules:
+        return _UNSET_CHECKPOINT
+    return _checkpoint_schema()
+
+
+_UNSET_CHECKPOINT = make_dataclass("Checkpoint", [])
+
+
+@functools.cache
+def _checkpoint_schema() -> type:
+    from lightning.pytorch.callbacks import ModelCheckpoint  # only when set: Lightning takes seconds to import
 
     leading = [("mode", Optional[Literal["min", "max"]], field(default=None))]  # None: the task's direction
     schema = signature_schema("Checkpoint", ModelCheckpoint, (*CHECKPOINT_OWNED, "mode"), leading=leading,

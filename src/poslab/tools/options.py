@@ -19,6 +19,8 @@ from poslab.modalities.registry import get_modality
 
 def option_rows(cfg: DictConfig) -> list[tuple[str, str, str, str]]:
     """``(key, type, default, value)`` of every key ``cfg``'s schema declares (``poslab train --options``)."""
+    import lightning.pytorch  # noqa: F401  deferred: Lightning, ~7 s: checkpoint.* is ModelCheckpoint's signature
+
     rows = []
 
     def walk(schema: type, prefix: str) -> None:
