@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 from poslab.config.composition import compose, to_dict
 from poslab.run.train import train
@@ -216,3 +219,39 @@ def test_read_wandb_shows_what_an_offline_run_will_show_in_w_and_b(tiny, capsys,
     assert (
         capsys.readouterr().err == f"poslab read-wandb: error: {tmp_path / 'empty'}: no offline-run-* folder under it\n"
     )
+
+
+def test_several_loggers_at_once_each_with_its_own_options(tiny, capsys):
+    """``logger=[wandb,csv]``: W&B (offline here) and a CSV file, both holding the run's numbers; the CSV
+    logger takes its own ``logger.csv.*``; the run says where each goes."""
+    import csv
+
+    from poslab.cli import main
+
+    overrides = [o for o in tiny if not o.startswith("logger=")]
+    assert main(["train", *overrides, "logger=[wandb,csv]", "logger.mode=offline",
+                 "logger.csv.flush_logs_every_n_steps=1"]) == 0  # fmt: skip
+    out = capsys.readouterr().out
+    run_dir = Path(out.split("run directory: ")[1].splitlines()[0])
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["config"]["logger"]["also"] == ["csv"] and summary["wandb"]["mode"] == "offline"
+    rows = list(csv.DictReader((run_dir / "csv" / "metrics.csv").open()))
+    tested = [float(r["test/acc"]) for r in rows if r.get("test/acc")]
+    assert tested == [summary["metrics"]["test/acc"]]
+    from poslab.track.wandb_offline import read_offline_run
+
+    assert read_offline_run(summary["wandb"]["dir"]).summary["test/acc"] == summary["metrics"]["test/acc"]
+    first = out.splitlines()[0]
+    assert "; W&B offline: " in first and f"; CSV log: {run_dir / 'csv' / 'metrics.csv'}" in first
+    assert out.rstrip().endswith(f"CSV log: {run_dir}/csv/metrics.csv")
+
+
+@pytest.mark.parametrize(
+    "override",
+    ["logger=[wandb,wandb]", "logger=[csv,csv]", "logger.also=[mlflow]", "logger=[none,tensorboard,tensorboard]"],
+)
+def test_loggers_beside_the_preset_are_file_loggers_each_once(override, tiny, capsys):
+    from tests.conftest import assert_refused_in_one_line
+
+    assert_refused_in_one_line([o for o in tiny if not o.startswith("logger=")], override,
+                               "the loggers beside logger.name=", capsys)  # fmt: skip

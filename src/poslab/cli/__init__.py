@@ -275,14 +275,15 @@ def _report(summary: dict) -> None:
     print(f"\nrun directory: {summary['run_dir']}")
     print("metrics: " + ", ".join(f"{k}={v:.4f}" for k, v in sorted(shown.items())))
     print(f"wall time: {summary['wall_time_s']:.1f} s, summary: {summary['run_dir']}/summary.json")
-    wandb, logger = summary["wandb"], (summary.get("config") or {}).get("logger", {}).get("name")
+    wandb, logger = summary["wandb"], (summary.get("config") or {}).get("logger", {})
     if wandb["sync_command"]:
         print(f"W&B ran offline; to upload: {wandb['sync_command']}")
     elif wandb["url"]:
         print(f"W&B: {wandb['url']}")
-    elif logger == "csv":
+    kinds = [logger.get("name"), *logger.get("also", [])]
+    if "csv" in kinds:
         print(f"CSV log: {summary['run_dir']}/csv/metrics.csv")
-    elif logger == "tensorboard":
+    if "tensorboard" in kinds:
         print(f"TensorBoard log: tensorboard --logdir {summary['run_dir']}/tensorboard")
 
 

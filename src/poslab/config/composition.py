@@ -123,6 +123,9 @@ def parse_overrides(items: list[str] | tuple[str, ...]) -> tuple[dict[str, Any],
             values.append((key, value))
         elif not raw.strip():
             raise ConfigError(f"'{key}=' names no {key}; valid: {', '.join(group_choices(key)) or 'none'}")
+        elif key == "logger" and isinstance(value, list) and value and all(isinstance(v, str) for v in value):
+            selections[key] = value[0]  # logger=[wandb,csv]: the preset, and file loggers beside it
+            values.append(("logger.also", value[1:]))
         elif value is not None and not isinstance(value, str):
             raise ConfigError(f"'{key}' selects a config file by name, got {raw!r}")
         else:

@@ -12,7 +12,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from poslab.config.checks import check, check_block, config_key
 from poslab.config.ranges import AT_LEAST_1, SEED
-from poslab.config.schema import MISSING, LoggerConfig
+from poslab.config.schema import MISSING
 from poslab.encoders.registry import encoder_class, encoder_schema
 from poslab.errors import ConfigError
 from poslab.modalities.registry import get_modality
@@ -20,6 +20,7 @@ from poslab.run.presets import check_logger, checkpoint_schema, entries, preset_
 from poslab.run.rundir import RunConfig, check_run_name
 from poslab.run.trainer_options import trainer_schema
 from poslab.tasks.optimizers import DEFAULT_OPTIMIZER, DEFAULT_SCHEDULE, optimizer_schema, sched_schema
+from poslab.track.logger_options import LoggerConfig
 
 #: Nodes typed by a signature and kept sparse, and the schema of each (from the node: the optimiser it names).
 SIGNATURE_NODES: dict[str, Callable[[Mapping], type]] = {
@@ -49,7 +50,7 @@ def validate(cfg: DictConfig) -> DictConfig:
                                                  sparse=True)) else preset
         for preset, options in entries(callbacks)
     ]  # fmt: skip
-    check_logger(checked["callbacks"], checked["logger"]["name"])
+    check_logger(checked["callbacks"], checked["logger"])
     for key, allowed in parts.ranges.items():  # the deprecated Modality(ranges=...) table
         check(OmegaConf.select(OmegaConf.create(checked), key), Annotated[Any, allowed], key, config_key)
     check_run_name(checked["run"]["name"])

@@ -18,6 +18,7 @@ from typing import Any, Literal, Optional
 from poslab.config.options import signature_schema
 from poslab.config.ranges import Range
 from poslab.errors import ConfigError, did_you_mean
+from poslab.track.logger_options import check_also
 
 
 @dataclass(frozen=True)
@@ -66,11 +67,12 @@ def entries(listed: list[Any]) -> list[tuple[str, dict[str, Any]]]:
     return out
 
 
-def check_logger(listed: list[Any], logger: str) -> None:
-    """A preset that logs, in a run without a logger, is one line before anything is written (Lightning would
-    refuse it once the fit starts)."""
+def check_logger(listed: list[Any], logger: Mapping[str, Any]) -> None:
+    """The loggers beside the preset (``logger.also``) named right, and a preset that logs, in a run without a
+    logger, one line before anything is written (Lightning would refuse it once the fit starts)."""
+    check_also(logger)
     for name, _ in entries(listed):
-        if PRESETS[name].logs and logger == "none":
+        if PRESETS[name].logs and logger["name"] == "none" and not logger.get("also"):
             raise ConfigError(f"callbacks: {name} writes to the run's logger, and logger=none has none; use "
                               "logger=csv, tensorboard or wandb")  # fmt: skip
 

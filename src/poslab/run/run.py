@@ -55,10 +55,10 @@ from poslab.run.resume import (
 from poslab.run.rundir import create_run_dir, launch_wandb_id, remove_run_dir, run_lock, run_name
 from poslab.run.trainer import build_trainer, raised_by_lightning
 from poslab.track.loggers import (
-    build_logger,
+    build_loggers,
     define_summaries,
     finish_logger,
-    log_destination,
+    log_destinations,
     log_final,
     resolve_wandb_mode,
     sweep_run_id,
@@ -80,8 +80,13 @@ class Run:
     resuming: bool = False
     source: Path | None = None
     wandb_id: str | None = None
-    logger: Any = None
+    loggers: list = field(default_factory=list)  # the preset's first, then logger.also's
     trainer: L.Trainer | None = None
+
+    @property
+    def logger(self) -> Any:
+        """The preset's logger (W&B's run, when there is one), or None."""
+        return self.loggers[0] if self.loggers else None
 
     # -- who it is --------------------------------------------------------------------------------------------
     @classmethod
@@ -131,10 +136,12 @@ class Run:
             try:
                 setting = setting_hash(to_dict(self.cfg))
                 if not self.cfg.trainer.get("fast_dev_run"):  # Lightning logs nothing in a fast_dev_run
-                    self.logger = build_logger(self.cfg, self.dir, self.logged_name, self.kind, self.wandb_id, setting)
+                    self.loggers = build_loggers(
+                        self.cfg, self.dir, self.logged_name, self.kind, self.wandb_id, setting
+                    )
                 if not cluster.is_child_rank():
                     print(
-                        f"poslab: {self.kind} run in {self.dir}; {log_destination(self.logger, self.cfg)}", flush=True
+                        f"poslab: {self.kind} run in {self.dir}; {log_destinations(self.loggers, self.cfg)}", flush=True
                     )
                 yield self
             except BaseException as exc:
@@ -143,7 +150,8 @@ class Run:
                     remove_run_dir(self.dir)
                 raise
             finally:
-                finish_logger(self.logger, exit_code)
+                for logger in self.loggers:
+                    finish_logger(logger, exit_code)
 
     def _record(self) -> None:
         """The W&B run id: a resumed run's own, a sweep trial's the agent's, a launch's derived from its directory
@@ -169,10 +177,10 @@ class Run:
         self.fitted = FitMetrics(self.dir / FIT_RECORD, best)
         callbacks = [FiniteLoss(), best, self.periodic, TrainingPosition(), StepTimer(), History(), EncoderFigure()]
         callbacks.append(self.fitted)
-        if self.logger is not None:
+        if self.loggers:
             callbacks.append(LearningRateMonitor(logging_interval="step"))
         callbacks = build_callbacks(self.cfg.callbacks, facts, callbacks)
-        self.trainer = build_trainer(self.cfg, self.dir, self.logger, callbacks)
+        self.trainer = build_trainer(self.cfg, self.dir, self.loggers, callbacks)
         define_summaries(self.logger, monitor, mode)
         last = self.dir / LAST_CHECKPOINT
         if self.resuming:
@@ -240,7 +248,7 @@ class Run:
 
     def test(self, task: L.LightningModule, datamodule: L.LightningDataModule) -> RunSummary:
         """An evaluation: test the checkpoint's model on this config's data, then :meth:`finish`."""
-        self.trainer = build_trainer(self.cfg, self.dir, self.logger, [EncoderFigure()])
+        self.trainer = build_trainer(self.cfg, self.dir, self.loggers, [EncoderFigure()])
         define_summaries(self.logger, *task.monitor)
         metrics = self.trainer.test(task, datamodule=datamodule, verbose=False)[0]
         interrupts.check("testing")

@@ -71,7 +71,7 @@ def trainer_arguments(cfg: DictConfig) -> dict[str, Any]:
     return {**TRAINER_DEFAULTS, **{k: v for k, v in to_dict(cfg.trainer).items() if k != "name"}}
 
 
-def build_trainer(cfg: DictConfig, run_dir: Path, logger: Any, callbacks: list) -> L.Trainer:
+def build_trainer(cfg: DictConfig, run_dir: Path, loggers: Any, callbacks: list) -> L.Trainer:
     """The run's Trainer: its logger and callbacks, each checkpoint written with its SHA-256 beside it, a rich
     progress bar on a terminal; a value Lightning refuses is one line."""
     kwargs = trainer_arguments(cfg)
@@ -81,7 +81,7 @@ def build_trainer(cfg: DictConfig, run_dir: Path, logger: Any, callbacks: list) 
     try:
         return L.Trainer(
             **kwargs,
-            logger=logger if logger is not None else False,
+            logger=loggers if loggers else False,  # a logger, or a list of them
             callbacks=callbacks,
             plugins=[DigestedCheckpointIO(), *slurm_plugin()],
             default_root_dir=str(run_dir),

@@ -100,14 +100,8 @@ def build_logger(
     kind = cfg.logger.name
     if kind == "none":
         return None
-    if kind == "csv":
-        from lightning.pytorch.loggers import CSVLogger  # deferred: Lightning, ~7 s
-
-        return CSVLogger(save_dir=run_dir, name="csv", version="")
-    if kind == "tensorboard":
-        from lightning.pytorch.loggers import TensorBoardLogger  # deferred: Lightning, ~7 s
-
-        return TensorBoardLogger(save_dir=run_dir, name="tensorboard", version="", default_hp_metric=False)
+    if kind in ("csv", "tensorboard"):
+        return file_logger(cfg, kind, run_dir)
     env = os.environ.get("WANDB_MODE")
     if env is not None and env.lower() not in (*WANDB_MODES, "dryrun", "run", ""):
         raise ConfigError(f"WANDB_MODE={env} is not a W&B mode; valid: {', '.join(WANDB_MODES)}")
@@ -116,6 +110,11 @@ def build_logger(
         lambda m: _start_wandb(cfg, run_dir, run_name, job_type, wandb_id, setting, m), mode, Path(run_dir) / "wandb"
     )
     return logger
+
+
+def log_destinations(loggers: list, cfg: Any) -> str:
+    """Where a run's logs go, in words, logger by logger (:func:`log_destination`)."""
+    return "; ".join(log_destination(logger, cfg) for logger in loggers or [None])
 
 
 def log_destination(logger: Any, cfg: Any) -> str:
@@ -133,6 +132,23 @@ def log_destination(logger: Any, cfg: Any) -> str:
     if mode == "online":
         return f"W&B online: {getattr(run, 'url', None) or 'started'}"
     return f"W&B {mode}" + (f": {Path(run.dir).parent}" if mode == "offline" and getattr(run, "dir", None) else "")
+
+
+def build_loggers(cfg: Any, run_dir: Path, run_name: str, job_type: str = "train", wandb_id: str | None = None,
+                  setting: str = "") -> list:  # fmt: skip
+    """The preset's logger (:func:`build_logger`) and the file loggers ``logger.also`` names beside it."""
+    first = build_logger(cfg, run_dir, run_name, job_type, wandb_id, setting)
+    return [*([first] if first is not None else []), *(file_logger(cfg, kind, run_dir) for kind in cfg.logger.also)]
+
+
+def file_logger(cfg: Any, kind: str, run_dir: Path):
+    """A CSV or TensorBoard logger under ``<run>/csv`` or ``<run>/tensorboard``, with its ``logger.<kind>.*``."""
+    from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger  # deferred: Lightning, ~7 s
+
+    options = dict(cfg.logger.get(kind) or {})
+    if kind == "csv":
+        return CSVLogger(save_dir=run_dir, name="csv", version="", **options)
+    return TensorBoardLogger(save_dir=run_dir, name="tensorboard", version="", default_hp_metric=False, **options)
 
 
 def effective_wandb_mode(mode: str) -> str:
