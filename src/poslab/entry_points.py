@@ -71,3 +71,22 @@ def plugin_config_dirs() -> list[Path]:
                 if folder.is_dir() and folder not in found:
                     found.append(folder)
     return found
+
+
+def import_class(path: str, base: type | tuple[type, ...], what: str) -> type:
+    """The class at import path ``path`` (``mypkg.callbacks.Probe``, LightningCLI's ``class_path``), a subclass of
+    ``base``; one line naming ``what`` asked for it when the module, the name or the kind is wrong."""
+    module_name, _, name = str(path).rpartition(".")
+    if not module_name:
+        raise ConfigError(f"{what}: {path!r} is not an import path (module.Class)")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ConfigError(f"{what}: cannot import {module_name!r} for {path!r} ({first_line(exc)})") from None
+    cls = getattr(module, name, None)
+    if not isinstance(cls, type):
+        raise ConfigError(f"{what}: {module_name!r} has no class {name!r}")
+    if not issubclass(cls, base):
+        kinds = " or ".join(b.__name__ for b in (base if isinstance(base, tuple) else (base,)))
+        raise ConfigError(f"{what}: {path} is not a subclass of {kinds}")
+    return cls

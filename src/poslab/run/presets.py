@@ -17,6 +17,7 @@ from typing import Any, Literal, Optional
 
 from poslab.config.options import signature_schema
 from poslab.config.ranges import Range
+from poslab.entry_points import import_class
 from poslab.errors import ConfigError, did_you_mean
 from poslab.track.logger_options import check_also
 
@@ -48,17 +49,22 @@ PRESETS: dict[str, Preset] = {
 
 
 def entries(listed: list[Any]) -> list[tuple[str, dict[str, Any]]]:
-    """``(preset, options)`` per entry of ``callbacks``: a name, or a one-key mapping name -> options."""
+    """``(preset, options)`` per entry of ``callbacks``: a name, or a one-key mapping name -> options; any
+    Callback class by import path in its place, or LightningCLI's ``{class_path: …, init_args: {…}}``."""
     out = []
     for entry in listed:
         if isinstance(entry, str):
             entry = {entry: {}}
+        if isinstance(entry, Mapping) and "class_path" in entry:
+            if set(entry) - {"class_path", "init_args"}:
+                raise ConfigError(f"callbacks: a class_path entry holds class_path and init_args only, got {entry!r}")
+            entry = {entry["class_path"]: entry.get("init_args") or {}}
         if not isinstance(entry, Mapping) or len(entry) != 1:
             raise ConfigError(f"callbacks: each entry is a preset name or {{name: {{options}}}}, got {entry!r}")
         ((name, options),) = entry.items()
         if options is not None and not isinstance(options, Mapping):
             raise ConfigError(f"callbacks: the options of {name!r} must be a mapping, got {options!r}")
-        if name not in PRESETS:
+        if name not in PRESETS and "." not in str(name):  # a dotted name is a class's import path
             valid = ", ".join(PRESETS)
             raise ConfigError(
                 f"unknown callback preset {name!r}{did_you_mean(str(name), list(PRESETS))}; valid: {valid}"
@@ -72,15 +78,18 @@ def check_logger(listed: list[Any], logger: Mapping[str, Any]) -> None:
     logger, one line before anything is written (Lightning would refuse it once the fit starts)."""
     check_also(logger)
     for name, _ in entries(listed):
-        if PRESETS[name].logs and logger["name"] == "none" and not logger.get("also"):
+        if name in PRESETS and PRESETS[name].logs and logger["name"] == "none" and not logger.get("also"):
             raise ConfigError(f"callbacks: {name} writes to the run's logger, and logger=none has none; use "
                               "logger=csv, tensorboard or wandb")  # fmt: skip
 
 
 def lightning_class(name: str) -> type:
+    """A preset's Lightning class, or the Callback class at import path ``name``."""
     from lightning.pytorch import callbacks  # only when a preset is used: Lightning takes seconds to import
 
-    return getattr(callbacks, PRESETS[name].cls)
+    if name in PRESETS:
+        return getattr(callbacks, PRESETS[name].cls)
+    return import_class(name, callbacks.Callback, "callbacks")
 
 
 @functools.cache
@@ -92,7 +101,8 @@ def preset_schema(name: str) -> type:
 def build_callbacks(listed: list[Any], run: RunFacts, existing: list) -> list:
     """``existing`` (the run's own callbacks) with the presets added; a preset of a class already there
     replaces that callback."""
-    added = [lightning_class(name)(**{**PRESETS[name].supplied(run), **options}) for name, options in entries(listed)]
+    supplied = {name: preset.supplied(run) for name, preset in PRESETS.items()}
+    added = [lightning_class(name)(**{**supplied.get(name, {}), **options}) for name, options in entries(listed)]
     kinds = {type(c) for c in added}
     return [c for c in existing if type(c) not in kinds] + added
 

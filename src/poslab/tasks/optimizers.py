@@ -17,6 +17,7 @@ from torch import nn
 
 from poslab.config.options import keyword_options, signature_schema
 from poslab.config.ranges import AT_LEAST_0, AT_LEAST_1, FRACTION, POSITIVE, Range
+from poslab.entry_points import import_class
 from poslab.errors import ConfigError, did_you_mean
 
 #: Optimisers ``optim.name`` may not name, and why: each needs what a config cannot give it.
@@ -58,15 +59,24 @@ def optimizers() -> dict[str, type[torch.optim.Optimizer]]:
     return {k: v for k, v in sorted(found.items()) if k not in UNSUPPORTED}
 
 
+def optimizer_class(name: str) -> type[torch.optim.Optimizer]:
+    """``optim.name``'s class: one of torch's by lower-case name, or any Optimizer by import path
+    (``mypkg.optim.Lion``, LightningCLI's ``class_path``)."""
+    known = optimizers()
+    if "." in name:
+        return import_class(name, torch.optim.Optimizer, "optim.name")
+    if name not in known:
+        why = f": {UNSUPPORTED[name]}" if name in UNSUPPORTED else did_you_mean(name, list(known))
+        raise ConfigError(f"optim.name cannot be {name!r}{why}; valid: {', '.join(known)} or a class's import path")
+    return known[name]
+
+
 @functools.cache
 def optimizer_schema(name: str) -> type:
     """``optim.*`` for optimiser ``name``: poslab's keys and the optimiser's constructor arguments, its
     defaults (sparse: a config holds what it sets)."""
 
-    known = optimizers()
-    if name not in known:
-        why = f": {UNSUPPORTED[name]}" if name in UNSUPPORTED else did_you_mean(name, list(known))
-        raise ConfigError(f"optim.name cannot be {name!r}{why}; valid: {', '.join(known)}")
+    known = {**optimizers(), name: optimizer_class(name)}
     leading = [
         ("name", Literal[tuple(known)], field(default=DEFAULT_OPTIMIZER)),  # type: ignore[misc]
         (
@@ -111,7 +121,7 @@ def parameter_groups(model: nn.Module, weight_decay: float, no_decay_modules: tu
 def build_optimizer(module: nn.Module, optim_cfg: dict[str, Any], no_decay_modules=()) -> torch.optim.Optimizer:
     """The configured optimiser over ``module``'s parameters; weight decay by group where it takes one."""
     name = optim_cfg.get("name", DEFAULT_OPTIMIZER)
-    cls = optimizers()[name]
+    cls = optimizer_class(name)
     options = {k: v for k, v in optim_cfg.items() if k not in OWN_KEYS}
     options = {k: tuple(v) if isinstance(v, list) else v for k, v in options.items()}  # betas: a tuple
     defaults = {f.name: f.default for f in dataclasses.fields(optimizer_schema(name))}
@@ -183,10 +193,12 @@ def sched_schema(name: str) -> type:
     constructor's arguments, and Lightning's ``interval`` (``epoch`` by default, as torch's examples step
     them), ``frequency`` and ``monitor`` (ReduceLROnPlateau: the metric it watches; default: the task's)."""
     known = torch_schedulers()
+    if "." in name:  # any scheduler class by import path
+        known[name] = scheduler_class(name)
     names = (*SCHEDULES, *known)
     if name not in names:
         why = f": {UNSUPPORTED_SCHEDULERS[name]}" if name in UNSUPPORTED_SCHEDULERS else did_you_mean(name, names)
-        raise ConfigError(f"sched.name cannot be {name!r}{why}; valid: {', '.join(names)}")
+        raise ConfigError(f"sched.name cannot be {name!r}{why}; valid: {', '.join(names)} or a class's import path")
     leading = [("name", Literal[names], field(default=DEFAULT_SCHEDULE))]  # type: ignore[valid-type]
     if name in SCHEDULES:
         schema = dataclasses.make_dataclass(f"Sched_{name}", leading)
@@ -207,17 +219,26 @@ def check_scheduler(sched_cfg: dict[str, Any]) -> None:
     """A torch scheduler built once over a one-weight optimiser, before anything is written: its own argument
     checks are one line; ReduceLROnPlateau reads a validation metric, so it steps per epoch."""
     name = sched_cfg["name"]
-    if name == "ReduceLROnPlateau" and sched_cfg.get("interval", "epoch") != "epoch":
-        raise ConfigError("sched.name=ReduceLROnPlateau watches a validation metric: sched.interval must be epoch")
+    plateau = issubclass(scheduler_class(name), torch.optim.lr_scheduler.ReduceLROnPlateau)
+    if plateau and sched_cfg.get("interval", "epoch") != "epoch":
+        raise ConfigError(f"sched.name={name} watches a validation metric: sched.interval must be epoch")
     try:
         torch_scheduler(torch.optim.SGD(nn.Linear(1, 1).parameters(), lr=0.1), sched_cfg)
     except (ValueError, TypeError) as exc:
         raise ConfigError(f"sched.name={name} refuses its options: {str(exc).splitlines()[0]}") from None
 
 
+def scheduler_class(name: str) -> type:
+    """One of torch's schedulers by class name, or any scheduler by import path."""
+    if "." in name:
+        bases = (torch.optim.lr_scheduler.LRScheduler, torch.optim.lr_scheduler.ReduceLROnPlateau)
+        return import_class(name, bases, "sched.name")
+    return torch_schedulers()[name]
+
+
 def torch_scheduler(optimizer: torch.optim.Optimizer, sched_cfg: dict[str, Any]):
     options = {k: v for k, v in sched_cfg.items() if k not in SCHED_KEYS}
-    return torch_schedulers()[sched_cfg["name"]](optimizer, **options)
+    return scheduler_class(sched_cfg["name"])(optimizer, **options)
 
 
 def configure(module, optim_cfg, sched_cfg, total_steps: int, no_decay_modules=(),
@@ -228,8 +249,9 @@ def configure(module, optim_cfg, sched_cfg, total_steps: int, no_decay_modules=(
     steps = max(2, int(total_steps))
     sched_cfg = dict(sched_cfg or {})
     name = sched_cfg.get("name", DEFAULT_SCHEDULE)
-    if name in torch_schedulers():  # as its class steps it: optim.warmup_fraction does not apply
-        if name == "ReduceLROnPlateau" and monitor is not None:
+    if name not in SCHEDULES:  # a scheduler class, stepped as it steps: optim.warmup_fraction does not apply
+        plateau = issubclass(scheduler_class(name), torch.optim.lr_scheduler.ReduceLROnPlateau)
+        if plateau and monitor is not None:
             sched_cfg.setdefault("mode", monitor[1])
             sched_cfg["monitor"] = sched_cfg.get("monitor") or monitor[0]
         scheduler = {"scheduler": torch_scheduler(optimizer, sched_cfg), "name": "train/lr",

@@ -11,6 +11,7 @@ W&B facts this module is built around (wandb 0.31, Lightning 2.6):
 
 from __future__ import annotations
 
+import inspect
 import netrc
 import os
 import shlex
@@ -21,6 +22,7 @@ from urllib.parse import urlparse
 
 from matplotlib.figure import Figure
 
+from poslab.entry_points import import_class
 from poslab.errors import ConfigError, PoslabError, first_line
 from poslab.track.plots import save_figure
 
@@ -123,10 +125,12 @@ def log_destination(logger: Any, cfg: Any) -> str:
     if logger is None:
         return "no logger (a fast_dev_run logs nothing)" if cfg.trainer.get("fast_dev_run") else "no logger"
     if not is_wandb(logger):
-        if type(logger).__name__ == "CSVLogger":
-            return f"CSV log: {Path(logger.log_dir) / 'metrics.csv'}"
-        folder = Path(logger.log_dir)
-        return f"TensorBoard log: {folder} (tensorboard --logdir {folder})"
+        kind, folder = type(logger).__name__, getattr(logger, "log_dir", None) or getattr(logger, "save_dir", None)
+        if kind == "CSVLogger":
+            return f"CSV log: {Path(folder) / 'metrics.csv'}"
+        if kind == "TensorBoardLogger":
+            return f"TensorBoard log: {folder} (tensorboard --logdir {folder})"
+        return f"{kind}: {folder}"
     mode = getattr(logger, "poslab_mode", "online")
     run = logger.experiment
     if mode == "online":
@@ -141,9 +145,15 @@ def build_loggers(cfg: Any, run_dir: Path, run_name: str, job_type: str = "train
     return [*([first] if first is not None else []), *(file_logger(cfg, kind, run_dir) for kind in cfg.logger.also)]
 
 
-def file_logger(cfg: Any, kind: str, run_dir: Path):
-    """A CSV or TensorBoard logger under ``<run>/csv`` or ``<run>/tensorboard``, with its ``logger.<kind>.*``."""
+def file_logger(cfg: Any, kind: Any, run_dir: Path):
+    """A CSV or TensorBoard logger under ``<run>/csv`` or ``<run>/tensorboard``, with its ``logger.<kind>.*``;
+    or a logger class's (``{class_path, init_args}``), given the run directory where it takes a ``save_dir``."""
     from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger  # deferred: Lightning, ~7 s
+
+    if not isinstance(kind, str):
+        cls = import_class(kind["class_path"], object, "logger.also")
+        takes_dir = "save_dir" in inspect.signature(cls).parameters
+        return cls(**dict(kind.get("init_args") or {}), **({"save_dir": str(run_dir)} if takes_dir else {}))
 
     options = dict(cfg.logger.get(kind) or {})
     if kind == "csv":
