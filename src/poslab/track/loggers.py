@@ -125,7 +125,7 @@ def log_destination(logger: Any, cfg: Any) -> str:
     if logger is None:
         return "no logger (a fast_dev_run logs nothing)" if cfg.trainer.get("fast_dev_run") else "no logger"
     if not is_wandb(logger):
-        kind, folder = type(logger).__name__, getattr(logger, "log_dir", None) or getattr(logger, "save_dir", None)
+        kind, folder = type(logger).__name__, Path(getattr(logger, "log_dir", None) or getattr(logger, "save_dir", "."))
         if kind == "CSVLogger":
             return f"CSV log: {Path(folder) / 'metrics.csv'}"
         if kind == "TensorBoardLogger":
