@@ -111,6 +111,7 @@ def _record(offline_dir) -> dict:
             "config": offline.config}  # fmt: skip
 
 
+@pytest.mark.slow  # five real runs
 def test_the_dashboard_selects_the_comparisons_training_runs_and_no_eval_report_or_other_comparison(tiny):
     """A comparison's run, an evaluation of its checkpoint at another image size (it inherits the tag), the
     comparison's report run (tagged too) and a second comparison with other settings: the workspace's and

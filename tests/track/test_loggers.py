@@ -159,6 +159,7 @@ def test_an_unknown_wandb_mode_in_the_environment_is_one_line(tiny, monkeypatch,
     assert not list((tmp_path / "vision").iterdir())  # nothing left behind
 
 
+@pytest.mark.slow  # three runs, one resumed
 def test_a_sweep_trial_is_the_agents_w_and_b_run_and_resumed_it_stays_so(tiny, monkeypatch):
     """Under ``wandb agent`` (``WANDB_SWEEP_ID`` and ``WANDB_RUN_ID`` in the trial's environment) the run's
     W&B id is the agent's: ``run.json`` and the W&B run agree, and resuming the trial later logs to that run."""

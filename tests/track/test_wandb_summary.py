@@ -186,6 +186,7 @@ def shrunk_experiment(request, name: str) -> list[str]:
     return [*tiny, *extra, "trainer.max_epochs=1", "logger=wandb", "logger.mode=offline"]
 
 
+@pytest.mark.slow  # 16 experiments, ~35 s of the fast tier: each modality's own W&B check stays there
 @pytest.mark.parametrize("name", EXPERIMENTS)
 def test_every_experiments_summary_scalars_are_in_the_wandb_summary(request, name):
     summary = train(compose(shrunk_experiment(request, name)))
