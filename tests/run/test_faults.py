@@ -501,3 +501,44 @@ def test_a_perplexity_past_float64s_range_is_its_largest_value():
     assert perplexity(torch.tensor(3.0)).item() == pytest.approx(math.exp(3.0))
     assert perplexity(torch.tensor(346.0)).item() == pytest.approx(math.exp(346.0))
     assert perplexity(torch.tensor(800.0)).item() == torch.finfo(torch.float64).max
+
+
+def test_the_resume_line_of_a_run_in_a_folder_with_spaces_and_quotes_runs_in_a_shell(tiny, monkeypatch, tmp_path,
+                                                                                      capsys):  # fmt: skip
+    """The line an interrupted run prints is quoted for the shell: split as a shell splits it, it resumes."""
+    import shlex
+
+    from tests.run.test_resume import sigterm_at
+
+    root = tmp_path / "it's a run root"
+    overrides = [o if not o.startswith("run.root=") else f"run.root={root}" for o in tiny]
+    sigterm_at(monkeypatch, 2)
+    assert main(["train", *overrides, *STEPS, "run.name=cut"]) == 128 + signal.SIGTERM
+    monkeypatch.undo()
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    command = line.split("continue with: ", 1)[1]
+    argv = shlex.split(command)
+    assert argv[:2] == ["poslab", "train"] and argv[2] == f"resume={root / 'vision' / 'cut'}"
+    assert main([*argv[1:], *overrides, *STEPS]) == 0
+
+
+@pytest.mark.parametrize(("key", "value"), [("run.root", "runs\nmore"), ("run.name", "a\tb")])
+def test_a_control_character_in_a_run_path_is_one_line(key, value, tiny, capsys, tmp_path):
+    """On the command line (YAML would fold the newline into a space) or from a file of overrides; a config
+    group's YAML holding one is refused when the run's keys are checked."""
+    from poslab.errors import ConfigError
+    from poslab.run.rundir import check_run
+    from tests.conftest import assert_refused_in_one_line
+
+    assert_refused_in_one_line(tiny, f"{key}={value}", f"override '{key}' holds a control character", capsys)
+    escaped = value.replace("\n", "\\n").replace("\t", "\\t")
+    (tmp_path / "bad.yaml").write_text(f'run:\n  {key.split(".")[1]}: "{escaped}"\n')
+    assert_refused_in_one_line(tiny, f"--config={tmp_path / 'bad.yaml'}", "holds a control character", capsys)
+    with pytest.raises(ConfigError, match=f"^{key} must not hold control characters"):
+        check_run({"root": "runs", "name": None, key.split(".")[1]: value})
+
+
+@pytest.mark.parametrize("choice", ["../trainer/gpu", "..\\trainer\\gpu", "sub/x"])
+def test_a_group_choice_is_a_name_never_a_path(choice):
+    with pytest.raises(Exception, match=rf"unknown experiment '{re.escape(choice)}'"):
+        compose([f"experiment={choice}"])

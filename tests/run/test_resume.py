@@ -326,7 +326,9 @@ def test_a_new_run_into_an_unfinished_runs_directory_is_refused(tiny, monkeypatc
     overrides, _ = cut_at_step_2(tiny, monkeypatch)
     assert main(["train", *overrides]) == 2
     err = capsys.readouterr().err
-    assert "holds an unfinished run's checkpoints; continue it with resume=" in err and err.count("\n") == 1
+    assert (
+        "holds an unfinished run's checkpoints; continue it with poslab train resume=" in err and err.count("\n") == 1
+    )
 
 
 @pytest.mark.slow

@@ -82,7 +82,7 @@ def _compose(overrides: list[str] | tuple[str, ...]) -> DictConfig:
 
 def load_group(group: str, choice: str) -> DictConfig:
     """A group's YAML; an encoder without one is its name alone (its options are its constructor's)."""
-    path = find_config(f"{group}/{choice}.yaml")
+    path = None if set("/\\") & set(choice) else find_config(f"{group}/{choice}.yaml")  # a name, never a path
     if path is not None:
         return load_yaml(path)
     valid = available_encoders() if group == "encoder" else group_choices(group)
@@ -118,6 +118,8 @@ def parse_overrides(items: list[str] | tuple[str, ...]) -> tuple[dict[str, Any],
         key = key.strip()
         if not sep or not key:
             raise ConfigError(f"override '{item}' is not key=value")
+        if any(ord(c) < 32 or ord(c) == 127 for c in raw):  # YAML would fold a newline into a space, unseen
+            raise ConfigError(f"override '{key}' holds a control character (a newline, a tab): {raw!r}")
         value = _parse_value(item, raw)
         if key not in GROUPS:
             values.append((key, value))

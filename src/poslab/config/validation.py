@@ -17,7 +17,7 @@ from poslab.encoders.registry import encoder_class, encoder_schema
 from poslab.errors import ConfigError
 from poslab.modalities.registry import get_modality
 from poslab.run.presets import check_logger, checkpoint_schema, entries, preset_schema
-from poslab.run.rundir import RunConfig, check_run_name
+from poslab.run.rundir import RunConfig, check_run
 from poslab.run.trainer_options import trainer_schema
 from poslab.tasks.optimizers import DEFAULT_OPTIMIZER, DEFAULT_SCHEDULE, optimizer_schema, sched_schema
 from poslab.track.logger_options import LoggerConfig
@@ -53,7 +53,7 @@ def validate(cfg: DictConfig) -> DictConfig:
     check_logger(checked["callbacks"], checked["logger"])
     for key, allowed in parts.ranges.items():  # the deprecated Modality(ranges=...) table
         check(OmegaConf.select(OmegaConf.create(checked), key), Annotated[Any, allowed], key, config_key)
-    check_run_name(checked["run"]["name"])
+    check_run(checked["run"])
     for name, schema in schemas.items():
         if hasattr(schema, "check"):  # what holds between a node's keys
             schema.check(checked[name])

@@ -24,6 +24,7 @@ from poslab.errors import ConfigError, DataError, first_line
 from poslab.files import write_json_atomic, write_text_atomic
 from poslab.run import cluster
 from poslab.run.policy import changeable_on_resume, rule
+from poslab.run.rundir import resume_command
 
 CONFIG_FILE = "config.yaml"
 RECORD_FILE = "run.json"
@@ -162,7 +163,7 @@ def relaunched_config(cfg: DictConfig, run_dir: Path) -> DictConfig:
     if changed:
         raise ConfigError(
             f"{run_dir} is this job's run, but its {CONFIG_FILE} differs in {', '.join(changed[:SHOWN])}: continue "
-            f"it with resume={run_dir}, or give this job's run another run.name"
+            f"it with {resume_command(run_dir)}, or give this job's run another run.name"
         )
     resumed = cfg.copy()
     resumed.resume, resumed.run.name = str(run_dir), run_dir.name

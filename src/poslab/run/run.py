@@ -52,7 +52,14 @@ from poslab.run.resume import (
     resumable_launch_run,
     write_record,
 )
-from poslab.run.rundir import create_run_dir, launch_wandb_id, remove_run_dir, run_lock, run_name
+from poslab.run.rundir import (
+    create_run_dir,
+    launch_wandb_id,
+    remove_run_dir,
+    resume_command,
+    run_lock,
+    run_name,
+)
 from poslab.run.trainer import build_trainer, raised_by_lightning
 from poslab.track.loggers import (
     build_loggers,
@@ -240,7 +247,7 @@ class Run:
             stopped = out_of_memory(
                 exc,
                 "testing or an end-of-run evaluation ran out of memory",
-                f"the checkpoints are kept: lower the eval.* sizes and continue with poslab train resume={self.dir}",
+                f"the checkpoints are kept: lower the eval.* sizes and continue with {resume_command(self.dir)}",
             )
             if stopped is None:
                 raise
@@ -312,7 +319,7 @@ class Run:
             requeued = cluster.requeue(cluster.slurm_job())
             return RunInterrupted(f"interrupted by {name} {where}; checkpoint saved; {requeued}", number)
         return RunInterrupted(
-            f"interrupted by {name} {where}; checkpoint saved, continue with: poslab train resume={self.dir}", number
+            f"interrupted by {name} {where}; checkpoint saved, continue with: {resume_command(self.dir)}", number
         )
 
     def _relative(self, path: str | None) -> str | None:

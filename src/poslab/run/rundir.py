@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import hashlib
 import secrets
+import shlex
 import shutil
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,13 +33,18 @@ class RunConfig:
     checkpoint_every_n_steps: Annotated[Optional[int], AT_LEAST_1] = None
 
 
-def check_run_name(name: str | None) -> None:
-    """``run.name`` is one folder name: one line otherwise."""
+def check_run(run: Mapping[str, Any]) -> None:
+    """``run.name`` is one folder name, and neither it nor ``run.root`` holds a control character (a newline in
+    a path would print as a space and the path could not be typed back): one line otherwise."""
+    name = run.get("name")
     if name is not None and (name in ("", ".", "..") or "/" in name or "\\" in name or len(name) > RUN_NAME_MAX):
         raise ConfigError(
             f"run.name must be one folder name (no '/', not '.' or '..', 1-{RUN_NAME_MAX} characters), "
             f"got {name[:60]!r}{'…' if len(name) > 60 else ''}"
         )
+    for key in ("root", "name"):
+        if any(ord(c) < 32 or ord(c) == 127 for c in str(run.get(key) or "")):
+            raise ConfigError(f"run.{key} must not hold control characters (a newline, a tab), got {run[key]!r}")
 
 
 def run_name(cfg: Any, config_digest: str = "") -> str:
@@ -61,6 +67,11 @@ def launch_wandb_id(run_dir: Path) -> str:
     return hashlib.sha256(str(run_dir).encode()).hexdigest()[:8]
 
 
+def resume_command(run_dir: Path | str) -> str:
+    """The command that continues the run in ``run_dir``, quoted for the shell (a space or a quote in the path)."""
+    return f"poslab train {shlex.quote(f'resume={run_dir}')}"
+
+
 def create_run_dir(cfg: Any, name: str) -> Path:
     """``<run.root>/<modality>/<name>``, as an absolute path (Lightning reports absolute ones).
 
@@ -71,8 +82,8 @@ def create_run_dir(cfg: Any, name: str) -> Path:
         raise ConfigError(f"run directory {run_dir} already holds a finished run; choose another run.name")
     if not is_child_rank() and any((run_dir / "checkpoints").glob("*.ckpt")):
         raise ConfigError(
-            f"run directory {run_dir} holds an unfinished run's checkpoints; continue it with resume={run_dir}, "
-            "or remove the directory to start again"
+            f"run directory {run_dir} holds an unfinished run's checkpoints; continue it with "
+            f"{resume_command(run_dir)}, or remove the directory to start again"
         )
     run_dir.mkdir(parents=True, exist_ok=True)
     return run_dir
