@@ -71,6 +71,22 @@ def test_a_checkpoint_without_a_digest_is_verified_by_loading_it(finished, sidec
         verify_digest(finished)
 
 
+def test_eval_of_a_checkpoint_without_a_digest_warns_and_a_finite_but_damaged_one_is_refused(finished, capsys):
+    """No digest: the eval says its checkpoint was checked by its values only; a weight whose top exponent bit
+    flipped (finite, ~1e37) passes that check, and its non-finite test loss is an error, not a result."""
+    finished.with_name(finished.name + DIGEST_SUFFIX).unlink()
+    assert main(["eval", f"ckpt={finished}", "run.name=intact"]) == 0
+    assert f"poslab: warning: checkpoint {finished} has no SHA-256 beside it" in capsys.readouterr().err
+    checkpoint = torch.load(finished, weights_only=False)
+    weight = next(v for k, v in checkpoint["state_dict"].items() if v.is_floating_point() and v.ndim == 2)
+    weight.view(-1)[: weight.numel() // 2] = 1e37
+    torch.save(checkpoint, finished)
+    assert main(["eval", f"ckpt={finished}", "run.name=damaged"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith(f"poslab: error: checkpoint {finished} gives test/loss=")
+    assert "its weights are damaged" in err[-1] and not (finished.parent.parent / "eval" / "damaged").exists()
+
+
 def test_eval_of_a_nan_checkpoint_without_a_digest_is_refused_in_one_line(finished, capsys):
     finished.with_name(finished.name + DIGEST_SUFFIX).unlink()
     checkpoint = torch.load(finished, weights_only=False)

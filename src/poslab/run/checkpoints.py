@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -122,6 +123,8 @@ def verify_by_loading(path: Path) -> None:
     if bad:
         more = f" and {len(bad) - 1} more" if len(bad) > 1 else ""
         raise DataError(f"checkpoint {path} {why} and holds non-finite values in {bad[0]}{more}; refusing it")
+    print(f"poslab: warning: checkpoint {path} {why} (or an unreadable one): only its values were checked, "
+          "finite, not its bytes", file=sys.stderr)  # fmt: skip
 
 
 def _tensors(value: Any, name: str = "") -> Iterator[tuple[str, Any]]:

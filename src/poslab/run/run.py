@@ -8,6 +8,7 @@ process never merge) and writes ``summary.json`` last, atomically: a directory w
 
 from __future__ import annotations
 
+import math
 import secrets
 import signal
 import time
@@ -28,7 +29,7 @@ from omegaconf import DictConfig
 from poslab import __version__, interrupts
 from poslab.config.composition import to_dict
 from poslab.data.resumable import ResumableTraining
-from poslab.errors import ConfigError, PoslabError, RunInterrupted, RunStopped, first_line, memory_problem
+from poslab.errors import ConfigError, DataError, PoslabError, RunInterrupted, RunStopped, first_line, memory_problem
 from poslab.evaluation.probes import run_evaluations
 from poslab.run import cluster
 from poslab.run.callbacks import (
@@ -259,6 +260,10 @@ class Run:
         define_summaries(self.logger, *task.monitor)
         metrics = self.trainer.test(task, datamodule=datamodule, verbose=False)[0]
         interrupts.check("testing")
+        loss = metrics.get("test/loss", 0.0)
+        if not math.isfinite(loss):  # weights damaged without a digest to tell (finite, but huge): not a result
+            raise DataError(f"checkpoint {self.source} gives test/loss={loss}: its weights are damaged (or overflow "
+                            "on this data); nothing was written")  # fmt: skip
         return self.finish(task, metrics, set(metrics), {"source": str(self.source)})
 
     def finish(self, task: L.LightningModule, metrics: dict, logged: set, checkpoints: dict) -> RunSummary:
