@@ -15,6 +15,7 @@ import pytest
 
 from poslab.errors import ConfigError
 from poslab.study.grid import SharedGrid, parse_worker
+from tests.conftest import held_by_another_process
 
 GRID = ["modality=vision", "encoders=[none,sincos2d]", "seeds=2"]
 
@@ -36,9 +37,16 @@ def test_the_workers_of_a_grid_share_its_id_its_failures_and_one_report_claim(tm
     first.mark_failed(runs[0], compare_id, "boom")
     assert second.failed(runs[0], compare_id) == "boom" and second.settled(runs[0], compare_id)
     assert second.failed(runs[0], "another-comparison") is None  # a rerun retries it
-    assert first.claim_report(compare_id) and not second.claim_report(compare_id)
+    with first.reporting(compare_id) as mine:
+        assert mine  # the first to ask
+    with held_by_another_process(first.report_claim(compare_id)), second.reporting(compare_id) as theirs:
+        assert not theirs  # another process holds the claim: it writes the report
+    with second.reporting(compare_id) as mine:
+        assert mine  # its holder ended (however: kill -9 too) without the report: the claim is free again
+        second.reported(compare_id)
     first.close(compare_id)
-    assert not second.claim_report(compare_id)  # a worker of it finishing after the report: no second report
+    with first.reporting(compare_id) as mine:
+        assert not mine  # a worker of it finishing after the report: no second report
     assert SharedGrid.of(runs).compare_id() != compare_id  # the next comparison of the grid
 
 
@@ -220,3 +228,30 @@ def test_each_local_worker_gets_its_own_gpu_round_robin(monkeypatch, capsys):
     workers.run_workers(["modality=vision"], 2)
     assert all("CUDA_VISIBLE_DEVICES" not in env or env["CUDA_VISIBLE_DEVICES"] == "" for _, env in started)
     assert {env["OMP_NUM_THREADS"] for _, env in started} == {str(max(1, (os.cpu_count() or 1) // 2))}
+
+
+@pytest.mark.parametrize("mode", ["flock", "files"])
+def test_a_report_claim_whose_holder_was_killed_is_taken_by_the_next_worker(tmp_path, monkeypatch, mode):
+    """A worker killed by SIGKILL while it writes the report: with flock its lock went with it; with lock files
+    its ``host pid`` names a process that no longer runs. Either way the same command, run again, reports."""
+    import socket
+
+    monkeypatch.setenv("POSLAB_LOCKS", mode)
+    runs = [tmp_path / "vision" / name for name in ("none-s0-aa", "none-s1-bb")]
+    grid = SharedGrid.of(runs)
+    compare_id = grid.compare_id()
+    claim = grid.report_claim(compare_id)
+    code = ("import sys, time; from pathlib import Path; from poslab.study.grid import SharedGrid\n"
+            f"grid = SharedGrid.of([Path(p) for p in {[str(r) for r in runs]!r}])\n"
+            f"with grid.reporting({compare_id!r}) as mine:\n    print(mine, flush=True); time.sleep(60)\n")  # fmt: skip
+    holder = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
+                              env={**os.environ, "POSLAB_LOCKS": mode})  # fmt: skip
+    assert holder.stdout.readline().strip() == "True"  # it holds the claim, mid-report
+    with grid.reporting(compare_id) as mine:
+        assert not mine
+    holder.send_signal(signal.SIGKILL)
+    holder.wait(30)
+    if mode == "files":
+        assert (claim / ".lock.held").read_text().split()[:2] == [socket.gethostname(), str(holder.pid)]
+    with grid.reporting(compare_id) as mine:
+        assert mine

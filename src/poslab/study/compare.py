@@ -187,18 +187,19 @@ def _compare(modality, encoders, seeds, overrides, reports, echo, worker=None) -
             "writes the report when it finishes (or rerun this command then)"
         )
         return {"id": compare_id, "outcomes": outcomes, "report": None}
-    if not shared.claim_report(compare_id):
-        echo("every run of the grid is settled; another worker writes the report")
-        return {"id": compare_id, "outcomes": outcomes, "report": None}
-    try:
-        report = _report(grid, compare_id, modality, run_dirs, reports, echo)
-    except RunInterrupted as exc:
-        shared.report_claim(compare_id).unlink(missing_ok=True)  # the rerun reports
-        raise RunInterrupted(
-            f"{str(exc).split(';')[0]} while reporting; every run is done: rerun the same `poslab compare` command "
-            "to write the report",
-            exc.exit_code - 128,
-        ) from None
+    with shared.reporting(compare_id) as mine:
+        if not mine:
+            echo("every run of the grid is settled; another worker writes the report")
+            return {"id": compare_id, "outcomes": outcomes, "report": None}
+        try:
+            report = _report(grid, compare_id, modality, run_dirs, reports, echo)
+        except RunInterrupted as exc:  # the claim is released unmarked: the rerun reports
+            raise RunInterrupted(
+                f"{str(exc).split(';')[0]} while reporting; every run is done: rerun the same `poslab compare` "
+                "command to write the report",
+                exc.exit_code - 128,
+            ) from None
+        shared.reported(compare_id)
     shared.close(compare_id)
     failed = [(e, s, shared.failed(p, compare_id)) for (e, s, _), p in zip(grid, shared.runs, strict=True)]
     failed = [f for f in failed if f[2]]  # in any worker

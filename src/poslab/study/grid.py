@@ -10,9 +10,11 @@ under ``<run.root>/.grids/``, the runs' in their directories):
   whose process is gone (killed, preempted) is free again, so another worker resumes that run;
 * ``<run>/.failed`` — a run that failed for this compare id: settled, not retried by the other workers (an
   interrupted worker forgets its own, so the same command, rerun, retries them);
-* ``<modality>-<grid>-<id>.report`` — the report claim: once every run is settled, the worker that creates it
-  first writes the report and the W&B report run, then removes the compare id (the next comparison of the
-  grid gets a new one) and keeps the claim, so a worker of this comparison finishing later does not report.
+* ``<modality>-<grid>-<id>.report/`` — the report claim: once every run is settled, the worker that holds its
+  lock (:mod:`poslab.run.locks`, released when its process ends, however it ends) writes the report and the
+  W&B report run, marks the claim ``done``, then removes the compare id (the next comparison of the grid gets
+  a new one); a worker of this comparison finishing later finds it done and does not report, and a worker
+  killed while reporting leaves the claim to the next one (the same command run again).
 
 A leaf beside :mod:`poslab.run.rundir`: it imports nothing that trains.
 """
@@ -23,15 +25,20 @@ import hashlib
 import json
 import os
 import secrets
+import shutil
 import socket
 import time
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 from poslab.errors import ConfigError
 from poslab.files import write_json_atomic
+from poslab.run import locks
 
 FAILED = ".failed"
+REPORTED = "done"  # in a report claim: the report is written
 
 
 def parse_worker(text: str) -> tuple[int, int]:
@@ -113,19 +120,29 @@ class SharedGrid:
     def settled(self, run_dir: Path, compare_id: str) -> bool:
         return (run_dir / "summary.json").exists() or self.failed(run_dir, compare_id) is not None
 
-    def claim_report(self, compare_id: str) -> bool:
-        """Whether this worker writes comparison ``compare_id``'s report (the first to ask)."""
+    @contextmanager
+    def reporting(self, compare_id: str) -> Iterator[bool]:
+        """True while this worker writes comparison ``compare_id``'s report: it holds the claim's lock and no
+        worker has written the report yet. A holder that died (kill -9 mid-report) held nothing: its claim
+        is taken by the next worker to ask."""
+        claim = self.report_claim(compare_id)
+        claim.mkdir(parents=True, exist_ok=True)
+        held = ExitStack()
         try:
-            fd = os.open(self.report_claim(compare_id), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-        except FileExistsError:
-            return False
-        with os.fdopen(fd, "w") as fh:
-            fh.write(f"{os.getpid()}\n")
-        return True
+            held.enter_context(locks.exclusive(claim))
+        except locks.RunInUse:  # another worker writes it now
+            yield False
+            return
+        with held:
+            yield not (claim / REPORTED).exists()
+
+    def reported(self, compare_id: str) -> None:
+        """The report is written (call while :meth:`reporting` holds the claim): no worker writes another."""
+        (self.report_claim(compare_id) / REPORTED).touch()
 
     def close(self, compare_id: str) -> None:
         """The report is written: the next comparison of this grid gets a new id (older claims go)."""
         self.state.unlink(missing_ok=True)
         for claim in self.folder.glob(f"{self.key}-*.report"):
             if claim != self.report_claim(compare_id):
-                claim.unlink(missing_ok=True)
+                shutil.rmtree(claim, ignore_errors=True)
