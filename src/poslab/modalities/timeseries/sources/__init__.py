@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from poslab.data.downloads import dataset_package, fetch
+from poslab.data.downloads import dataset_package, fetch, regular_file
 from poslab.data.sources import discover
 from poslab.errors import DataError, first_line
 
@@ -78,7 +78,7 @@ def _load_ett(name: str, rows_per_month: int) -> Callable[..., Series]:
 def load_csvfile(root: Path, download: bool, path: str | None = None) -> Series:
     if not path:
         raise DataError("data=csvfile needs data.path=<a CSV with a date column>")
-    return _read_csv(Path(path), borders_of=lambda n: (int(0.7 * n), int(0.8 * n), n))
+    return _read_csv(regular_file(path), borders_of=lambda n: (int(0.7 * n), int(0.8 * n), n))
 
 
 def _read_csv(path: Path, borders_of: Callable[[int], tuple[int, int, int]]) -> Series:
