@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import hashlib
 import io
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -85,20 +84,21 @@ def recorded_digest(path: str | Path) -> str | None:
     return _digest_in(_beside(Path(path), DIGEST_SUFFIX))
 
 
-def verify_digest(path: str | Path) -> None:
+def verify_digest(path: str | Path) -> str | None:
     """A checkpoint whose bytes differ from the digest recorded when it was saved: one clear line. A save
     cut between its replace and its digest left the new digest pending: that one matches too. Without a
-    digest (missing, empty, not a file) the checkpoint is verified by loading it (:func:`verify_by_loading`)."""
+    digest (missing, empty, not a file) the checkpoint is verified by loading it (:func:`verify_by_loading`),
+    and the warning to print once it is used is returned (None: its bytes were verified)."""
     path = Path(path)
     expected = {d for d in (recorded_digest(path), _digest_in(_beside(path, PENDING_SUFFIX))) if d}
     if not expected:
-        verify_by_loading(path)
-        return
+        return verify_by_loading(path)
     if files.file_sha256(path) not in expected:
         raise DataError(
             f"checkpoint {path} does not match the SHA-256 recorded when it was saved (corrupt or replaced); "
             f"expected {' or '.join(sorted(d[:12] + '…' for d in expected))}"
         )
+    return None
 
 
 #: What training learned, in a Lightning checkpoint: every float in it must be finite (callbacks' states may
@@ -106,7 +106,7 @@ def verify_digest(path: str | Path) -> None:
 LEARNED_STATE = ("state_dict", "optimizer_states")
 
 
-def verify_by_loading(path: Path) -> None:
+def verify_by_loading(path: Path) -> str:
     """A checkpoint with no digest is read whole (tensors only, ``weights_only``) and every floating-point
     tensor of :data:`LEARNED_STATE` — weights, optimiser moments — must be finite; otherwise it is refused
     in one line."""
@@ -123,8 +123,8 @@ def verify_by_loading(path: Path) -> None:
     if bad:
         more = f" and {len(bad) - 1} more" if len(bad) > 1 else ""
         raise DataError(f"checkpoint {path} {why} and holds non-finite values in {bad[0]}{more}; refusing it")
-    print(f"poslab: warning: checkpoint {path} {why} (or an unreadable one): only its values were checked, "
-          "finite, not its bytes", file=sys.stderr)  # fmt: skip
+    return (f"poslab: warning: checkpoint {path} {why} (or an unreadable one): only its values were checked, "
+            "finite, not its bytes")  # fmt: skip
 
 
 def _tensors(value: Any, name: str = "") -> Iterator[tuple[str, Any]]:

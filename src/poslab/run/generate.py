@@ -4,6 +4,7 @@ be overridden as for ``poslab eval`` (``data.root=`` on another machine)."""
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, fields
 from pathlib import Path
 
@@ -76,12 +77,14 @@ def generate(ckpt: str | Path, sampling: Sampling, overrides: list[str] = ()) ->
     """The continuations of ``sampling.prompt`` (``sampling.samples`` of them), drawn with ``sampling.seed``."""
     from poslab.run.train import read_checkpoint  # deferred: Lightning, ~7.5 s
 
-    checkpoint = read_checkpoint(Path(ckpt))
+    checkpoint, note = read_checkpoint(Path(ckpt))
     stored = checkpoint["hyper_parameters"]["cfg"]
     try:
         task = task_from_checkpoint(checkpoint)
     except (KeyError, RuntimeError, TypeError, ValueError) as exc:
         raise PoslabError(f"cannot rebuild the model from checkpoint {ckpt}: {first_line(exc)}") from None
+    if note:
+        print(note, file=sys.stderr)
     if not hasattr(task, "generate"):
         model = f"{stored['modality']} {stored['task']['name']}"
         raise ConfigError(f"checkpoint {ckpt} holds a {model} model, which does not generate tokens; "

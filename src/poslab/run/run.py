@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import secrets
 import signal
+import sys
 import time
 import warnings
 from collections.abc import Iterator
@@ -191,8 +192,8 @@ class Run:
         self.trainer = build_trainer(self.cfg, self.dir, self.loggers, callbacks)
         define_summaries(self.logger, monitor, mode)
         last = self.dir / LAST_CHECKPOINT
-        if self.resuming:
-            verify_digest(last)
+        if self.resuming and (note := verify_digest(last)):
+            print(note, file=sys.stderr)
         try:
             with warnings.catch_warnings():
                 if isinstance(datamodule, ResumableTraining):  # it restores its loader's position itself, which
@@ -231,8 +232,8 @@ class Run:
             path = best.best_model_path or None
             if recorded.get("best_checkpoint"):  # resumed after the fit: the last.ckpt it read predates the best
                 path = str(self.dir / FIT_RECORD.parent / recorded["best_checkpoint"])
-            if self.resuming and path:  # written by an earlier process: verified as last.ckpt was
-                verify_digest(Path(path))
+            if self.resuming and path and (note := verify_digest(Path(path))):  # an earlier process wrote it
+                print(note, file=sys.stderr)
             tested = self.trainer.test(task, datamodule=datamodule, ckpt_path=path, verbose=False, weights_only=True)
             interrupts.check("testing")
             metrics = {**fit_metrics, **(tested[0] if tested else {})}

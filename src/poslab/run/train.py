@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import signal
+import sys
 import time
 import warnings
 from collections.abc import Iterator
@@ -96,7 +97,7 @@ def evaluate(ckpt: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> R
     with interrupts.handled(), _said_while_evaluating():
         started = time.perf_counter()
         source = Path(ckpt)
-        checkpoint = read_checkpoint(source)
+        checkpoint, note = read_checkpoint(source)
         stored = checkpoint["hyper_parameters"]["cfg"]
         cfg = recompose(stored, [*overrides, f"eval.ckpt={source}"])
         check_accelerator(cfg)
@@ -107,6 +108,8 @@ def evaluate(ckpt: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> R
             task = task_from_checkpoint(checkpoint)
         except (KeyError, RuntimeError, TypeError, ValueError) as exc:  # weights of another shape, a stripped file
             raise PoslabError(f"cannot rebuild the model from checkpoint {source}: {first_line(exc)}") from None
+        if note:
+            print(note, file=sys.stderr)
         named = any(o.startswith("run.name=") for o in overrides)  # the stored run.name is the training run's
         run = Run.for_evaluation(cfg, source, named, started)
         with run.held():
@@ -127,14 +130,15 @@ def _said_while_evaluating() -> Iterator[None]:
         ) from None
 
 
-def read_checkpoint(path: Path) -> dict[str, Any]:
-    """A poslab checkpoint, verified against its digest and loaded with ``weights_only=True``."""
+def read_checkpoint(path: Path) -> tuple[dict[str, Any], str | None]:
+    """A poslab checkpoint, verified against its digest and loaded with ``weights_only=True``, and the warning to
+    print once it is used when it had no digest to verify it by (:func:`~poslab.run.checkpoints.verify_digest`)."""
     if not path.is_file():
         raise PoslabError(f"checkpoint {path} does not exist")
-    verify_digest(path)
+    note = verify_digest(path)
     try:
         checkpoint = torch.load(path, map_location="cpu", weights_only=True)
         checkpoint["hyper_parameters"]["cfg"]
     except Exception as exc:  # not a poslab checkpoint, or a corrupt file
         raise PoslabError(f"cannot read checkpoint {path}: {first_line(exc)}") from None
-    return checkpoint
+    return checkpoint, note

@@ -51,4 +51,5 @@ class ToyDataModule(PositionDataModule):
     def as_batch(self, batch, training: bool = False) -> dict:
         """A loader's batch as the task reads it: tokens, labels and their positions (here: 0..L-1)."""
         tokens, labels = batch
-        return {"tokens": tokens, "label": labels, "pos": Positions.consecutive(tokens.shape[1])}
+        pos = Positions.consecutive(tokens.shape[1], device=tokens.device)  # made where the batch is: no copy
+        return {"tokens": tokens, "label": labels, "pos": pos}

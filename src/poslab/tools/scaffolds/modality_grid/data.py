@@ -31,10 +31,11 @@ class ToyDataModule(PositionDataModule):
         labels = (cells[:, 0, 0] > cells[:, -1, -1]).long()
         return TensorDataset(cells.flatten(1), labels)  # row by row: cell (r, c) is token r * cols + c
 
-    def positions(self) -> Positions:
-        """Each token's (row, col), the integer cells of the grid (a fact 2D encoders read for free)."""
-        rows, cols = self.grid
-        coords = torch.stack(torch.meshgrid(torch.arange(rows), torch.arange(cols), indexing="ij"), dim=-1)
+    def positions(self, device: torch.device | str | None = None) -> Positions:
+        """Each token's (row, col), the integer cells of the grid (a fact 2D encoders read for free), made on
+        ``device`` (the batch's: no copy from the host each step)."""
+        rows, cols = (torch.arange(n, device=device) for n in self.grid)
+        coords = torch.stack(torch.meshgrid(rows, cols, indexing="ij"), dim=-1)
         return Positions(coords=coords.reshape(-1, 2).float(), coords_grid=self.grid)
 
     def model_facts(self) -> dict:
@@ -64,4 +65,4 @@ class ToyDataModule(PositionDataModule):
     def as_batch(self, batch, training: bool = False) -> dict:
         """A loader's batch as the task reads it: tokens, labels and their positions (the grid's cells)."""
         tokens, labels = batch
-        return {"tokens": tokens, "label": labels, "pos": self.positions().to(tokens.device)}
+        return {"tokens": tokens, "label": labels, "pos": self.positions(tokens.device)}
