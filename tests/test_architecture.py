@@ -184,7 +184,7 @@ FLOORS = [
     ("parts", ["poslab.encoders.*", "poslab.nn.*", "poslab.data.*", "poslab.evaluation.*", "poslab.track.*",
                "poslab.tasks.optimizers", "poslab.run.trainer_options", "poslab.run.presets", "poslab.run.rundir",
                "poslab.run.memory"]),
-    ("config", ["poslab.config.validation", "poslab.config.composition", "poslab.run.resume"]),
+    ("config", ["poslab.config.root", "poslab.config.validation", "poslab.config.composition", "poslab.run.resume"]),
     ("runs", ["poslab.tasks.*", "poslab.run.*", "poslab.study.report", "poslab.study.report_figures",
               "poslab.tools.show", "poslab.modalities.+"]),
     ("commands", ["poslab.study.*", "poslab.tools.*", "poslab.cli.*", "poslab.__main__"]),

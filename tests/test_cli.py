@@ -53,6 +53,9 @@ def test_a_comparison_of_an_experiment_takes_the_modality_its_defaults_name():
     assert (given.modality, given.encoders, given.extra) == ("vision", ["a", "b"], {"workers": 2, "worker": "1/2"})
     with pytest.raises(PoslabError, match=r"^poslab sweep needs modality=<name> \(or an experiment= whose"):
         parse_grid_arguments(["seeds=2"], "poslab sweep")
+    for bad in ("encoders=[" + ",".join(["none"] * 10_000) + "]", "seeds=[1", "encoders={a: [}"):
+        with pytest.raises(PoslabError, match=rf"^cannot parse the value of '{bad.split('=')[0]}': \S"):
+            parse_grid_arguments(["modality=vision", bad], "poslab compare")  # hostile YAML: one line
 
 
 @pytest.mark.parametrize("command", ["compare", "sweep"])

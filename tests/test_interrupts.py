@@ -266,3 +266,21 @@ def test_a_real_text_run_signalled_in_its_length_study_stops_within_10_s_and_res
         if k not in timed and v != whole["metrics"][k]
     }
     assert not differ
+
+
+@pytest.mark.parametrize("module", ["poslab.cli", "torch"])
+def test_a_ctrl_c_while_the_command_loads_is_one_line(module):
+    """SIGINT while the command's modules load (the command line's, then torch's before a run): Python raises
+    KeyboardInterrupt inside the import; the command ends with one line and 130, no traceback."""
+    code = (
+        "import sys\n"
+        "class Interrupting:\n"
+        "    def find_spec(self, name, *rest):\n"
+        f"        if name == {module!r}: raise KeyboardInterrupt\n"
+        "sys.meta_path.insert(0, Interrupting())\n"
+        "sys.argv = ['poslab', 'train', 'logger=none']\n"
+        "from poslab.__main__ import run\n"
+        "run()\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert (done.returncode, done.stderr) == (130, "poslab: interrupted\n")

@@ -41,6 +41,12 @@ def write_text_atomic(path: Path, text: str) -> Path:
     return path
 
 
+def cache_folder() -> Path:
+    """poslab's cache: ``$POSLAB_CACHE``, else ``$XDG_CACHE_HOME/poslab`` (``~/.cache/poslab``)."""
+    home = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(os.environ.get("POSLAB_CACHE") or Path(home) / "poslab")
+
+
 def write_json_atomic(path: Path, payload: dict[str, Any]) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     write_atomic(path, (json.dumps(payload, indent=2, sort_keys=False, default=_jsonable) + "\n").encode())

@@ -42,7 +42,7 @@ def test_flushing_first_reaches_every_thread_and_the_default_keeps_denormals():
 def test_the_poslab_command_flushes_before_the_commands_that_compute(monkeypatch):
     calls = []
     monkeypatch.setattr(poslab.run.denormals, "flush_denormals", lambda: calls.append("flush"))
-    monkeypatch.setattr(poslab.cli, "main", lambda: calls.append("main") or 0)
+    monkeypatch.setattr(poslab.cli, "_dispatch", lambda argv: calls.append("main") or 0)
     cases = (
         (["poslab", "train"], ["flush", "main"]),
         (["poslab", "list"], ["main"]),

@@ -572,3 +572,12 @@ def test_a_fifo_or_a_folder_as_a_data_file_is_one_line_not_a_hang(modality, sour
                 "logger=none"]  # fmt: skip
         assert main(argv) == 2
         assert capsys.readouterr().err == f"poslab: error: data.path={path} is {kind}; give a file\n"
+
+
+def test_a_run_root_inside_a_loop_of_symbolic_links_is_one_line(tiny, capsys, tmp_path):
+    from tests.conftest import assert_refused_in_one_line
+
+    (tmp_path / "a").symlink_to(tmp_path / "b")
+    (tmp_path / "b").symlink_to(tmp_path / "a")
+    root = tmp_path / "a" / "runs"
+    assert_refused_in_one_line(tiny, f"run.root={root}", f"run.root '{root}' lies in a loop of symbolic links", capsys)

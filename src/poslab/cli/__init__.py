@@ -118,9 +118,10 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, flush: bool = False) -> int:
     """Every command runs under the one interrupt path (:mod:`poslab.interrupts`): a signal from the first line
-    of composing to the last line of a report ends it with its line and exit 128 + signal."""
+    of composing to the last line of a report ends it with its line and exit 128 + signal. A mistyped key is
+    found before torch loads (:mod:`~poslab.cli.typos`); ``flush``: then flush denormals, as the command does."""
     argv = [lightning_cli_form(a) for a in (sys.argv[1:] if argv is None else argv)]
     try:
         if argv[:1]:
@@ -128,6 +129,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         if argv[:1] and argv[0] in OVERRIDING:  # Hydra's override forms, as the commands taking key=value read them
             argv = argv[:1] + [override_form(a) if "=" in a or a.startswith("~") else a
                                for a in with_config_files(argv[1:])]  # fmt: skip
+        if argv[:1] in (["train"], ["prepare"]):
+            from poslab.cli.typos import check_keys  # deferred: OmegaConf, 0.1 s of `poslab --help`'s 0.13 s
+
+            check_keys(argv[1:])
+        if flush and argv[:1] and argv[0] in COMPUTING and not launches_workers(argv):
+            denormals.flush_denormals()  # through the module: a test can stand in for it
         with interrupts.handled():
             return _dispatch(argv)
     except RunInterrupted as exc:
@@ -166,10 +173,12 @@ def _dispatch(argv: list[str]) -> int:
 
 
 def _train(args: argparse.Namespace) -> int:
+    from poslab.cli.typos import remember_keys  # deferred: OmegaConf, 0.1 s of `poslab --help`'s 0.13 s
     from poslab.config.composition import to_yaml  # deferred: torch (the encoders), ~2.6 s
     from poslab.run.resume import command_config  # deferred: torch (composing reads the encoders), ~2.6 s
 
     cfg = command_config(args.overrides)
+    remember_keys(cfg.modality)
     if args.print_config or args.cfg:
         print(to_yaml(cfg), end="")
         return 0
@@ -188,10 +197,13 @@ def _train(args: argparse.Namespace) -> int:
 
 
 def _prepare(args: argparse.Namespace) -> int:
+    from poslab.cli.typos import remember_keys  # deferred: OmegaConf, 0.1 s of `poslab --help`'s 0.13 s
     from poslab.config.composition import compose  # deferred: torch (composing reads the encoders), ~2.6 s
     from poslab.run.prepare import prepare  # deferred: Lightning (the data modules), ~7.5 s
 
-    prepare(compose(args.overrides))
+    cfg = compose(args.overrides)
+    remember_keys(cfg.modality)
+    prepare(cfg)
     return 0
 
 
@@ -300,9 +312,7 @@ def launches_workers(argv: Sequence[str]) -> bool:
 
 def run() -> None:
     """The ``poslab`` command: denormals flushed before torch starts its threads (:mod:`poslab.run.denormals`)."""
-    if sys.argv[1:2] and sys.argv[1] in COMPUTING and not launches_workers(sys.argv[1:]):
-        denormals.flush_denormals()  # through the module: a test can stand in for it
-    sys.exit(main())
+    sys.exit(main(flush=True))
 
 
 if __name__ == "__main__":

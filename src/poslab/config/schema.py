@@ -1,6 +1,6 @@
 """The option blocks every modality extends (``eval.*``, ``model.*``). Every other option
 is declared where it is used (constructors, a modality's ``schema.py``, ``run.*`` beside the run directory, the
-optimiser's, schedule's and checkpoint's beside them); :func:`poslab.config.validation.root_schema` joins them."""
+optimiser's, schedule's and checkpoint's beside them); :func:`poslab.config.root.root_schema` joins them."""
 
 from __future__ import annotations
 

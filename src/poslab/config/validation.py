@@ -4,23 +4,20 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import field, make_dataclass
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any
 
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from poslab.config.checks import check, check_block, config_key
-from poslab.config.ranges import AT_LEAST_1, SEED
-from poslab.config.schema import MISSING
+from poslab.config.root import root_schema
 from poslab.encoders.registry import encoder_class, encoder_schema
 from poslab.errors import ConfigError
 from poslab.modalities.registry import get_modality
 from poslab.run.presets import check_logger, checkpoint_schema, entries, preset_schema
-from poslab.run.rundir import RunConfig, check_run
+from poslab.run.rundir import check_run
 from poslab.run.trainer_options import trainer_schema
 from poslab.tasks.optimizers import DEFAULT_OPTIMIZER, DEFAULT_SCHEDULE, optimizer_schema, sched_schema
-from poslab.track.logger_options import LoggerConfig
 
 #: Nodes typed by a signature and kept sparse, and the schema of each (from the node: the optimiser it names).
 SIGNATURE_NODES: dict[str, Callable[[Mapping], type]] = {
@@ -62,37 +59,3 @@ def validate(cfg: DictConfig) -> DictConfig:
     if problem:
         raise ConfigError(problem)
     return typed
-
-
-def root_schema(parts: Any, encoder: type) -> type:
-    """The whole config's schema for one modality (its :class:`~poslab.modalities.Modality` record: its
-    ``task`` / ``data`` / ``model`` / ``eval`` schemas) and one encoder's schema."""
-    return make_dataclass(
-        "Config",
-        [
-            ("modality", str, MISSING),
-            ("positions", list[str], field(default_factory=list)),  # set by the modality's YAML
-            ("experiment", Optional[str], MISSING),
-            ("seed", Annotated[int, SEED], MISSING),
-            ("expect", list[str], field(default_factory=list)),
-            ("compare_encoders", list[str], field(default_factory=list)),
-            ("compare_experiment", Optional[str], None),
-            ("compare_seeds", Annotated[int, AT_LEAST_1], MISSING),
-            ("compare_variants", dict[str, list[str]], field(default_factory=dict)),
-            ("encoder_options", dict[str, dict[str, Any]], field(default_factory=dict)),  # name -> its options
-            ("variant", Optional[str], None),
-            ("resume", Optional[str], None),
-            ("task", parts.task, field(default_factory=parts.task)),
-            ("encoder", encoder, field(default_factory=encoder)),
-            ("data", parts.data, field(default_factory=parts.data)),
-            ("model", parts.model, field(default_factory=parts.model)),
-            ("optim", dict[str, Any], field(default_factory=dict)),  # typed by the optimiser's signature, sparse
-            ("sched", dict[str, Any], field(default_factory=dict)),  # typed by the schedule's, sparse
-            ("callbacks", list[Any], field(default_factory=list)),  # presets: poslab.run.presets
-            ("checkpoint", dict[str, Any], field(default_factory=dict)),  # typed by ModelCheckpoint's, sparse
-            ("trainer", dict[str, Any], field(default_factory=dict)),  # typed by lightning.Trainer's, sparse
-            ("logger", LoggerConfig, field(default_factory=LoggerConfig)),
-            ("run", RunConfig, field(default_factory=RunConfig)),
-            ("eval", parts.eval, field(default_factory=parts.eval)),
-        ],
-    )

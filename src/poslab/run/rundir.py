@@ -45,6 +45,12 @@ def check_run(run: Mapping[str, Any]) -> None:
     for key in ("root", "name"):
         if any(ord(c) < 32 or ord(c) == 127 for c in str(run.get(key) or "")):
             raise ConfigError(f"run.{key} must not hold control characters (a newline, a tab), got {run[key]!r}")
+    try:
+        Path(str(run.get("root") or ".")).resolve()
+    except (RuntimeError, OSError):  # a symbolic link loop (RuntimeError before Python 3.13, then OSError)
+        raise ConfigError(
+            f"run.root {run['root']!r} lies in a loop of symbolic links; choose another run.root"
+        ) from None
 
 
 def run_name(cfg: Any, config_digest: str = "") -> str:

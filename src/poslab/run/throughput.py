@@ -19,7 +19,6 @@ bf16, twice the dense 989e12) and a device named plainly ``NVIDIA H200`` finds n
 from __future__ import annotations
 
 import json
-import os
 import platform
 import time
 from dataclasses import dataclass
@@ -28,7 +27,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from poslab.files import write_json_atomic
+from poslab.files import cache_folder, write_json_atomic
 
 #: Peak dense bf16 tensor-core FLOP/s by device name (vendor data sheets, SXM parts).
 PEAK_BF16 = {"H200": 989e12, "H100": 989e12, "A100": 312e12, "L40S": 362e12, "L4": 121e12}
@@ -78,10 +77,7 @@ def peak_flops(device: torch.device) -> float | None:
 
 def cache_path() -> Path:
     """``$POSLAB_CACHE/peak_flops.json``, by default under ``$XDG_CACHE_HOME/poslab`` (``~/.cache/poslab``)."""
-    folder = (
-        os.environ.get("POSLAB_CACHE") or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "poslab"
-    )
-    return Path(folder) / "peak_flops.json"
+    return cache_folder() / "peak_flops.json"
 
 
 def cpu_name() -> str:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import textwrap
 from dataclasses import dataclass, field
 
-from poslab.errors import PoslabError
+from poslab.errors import PoslabError, first_line
 
 #: The grid's own keys, as ``--help`` lists them (the rest are config overrides, as ``poslab train`` takes).
 GRID_KEYS = {
@@ -35,9 +35,12 @@ def parse_grid_arguments(argv: list[str], command: str, own: tuple[str, ...] = (
     for item in argv:
         key, _, value = item.partition("=")
         if key in ("modality", "encoders", "seeds", *own):
-            special[key] = (
-                value if key == "worker" else OmegaConf.to_container(OmegaConf.from_dotlist([f"_={value}"]))["_"]
-            )
+            try:
+                special[key] = (
+                    value if key == "worker" else OmegaConf.to_container(OmegaConf.from_dotlist([f"_={value}"]))["_"]
+                )
+            except Exception as exc:  # noqa: BLE001  (OmegaConf's and YAML's errors, a 10,000-node list's too)
+                raise PoslabError(f"cannot parse the value of '{key}': {first_line(exc)}") from None
         else:
             overrides.append(item)
     encoders = special.pop("encoders", None)
