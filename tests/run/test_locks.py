@@ -7,6 +7,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -153,3 +154,27 @@ def test_a_bad_stale_time_is_one_line(tmp_path, monkeypatch, value):
     with pytest.raises(ConfigError, match=rf"^POSLAB_LOCK_STALE_S='{value}' must be a number of seconds > 0$"):
         with exclusive(tmp_path):
             pass
+
+
+@pytest.mark.parametrize("host", ["this", "another"])
+def test_a_clock_running_ahead_takes_over_no_live_holder(tmp_path, monkeypatch, host):
+    """This host's clock 15 minutes ahead (faketime -f +15m): a holder's file touched a second ago is still
+    fresh, read on the file system's clock; once the file system says it is old, it is taken over."""
+    monkeypatch.setenv("POSLAB_LOCKS", "files")
+    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    holder = (socket.gethostname() if host == "this" else "node-7", live.pid)
+    held = tmp_path / locks.HELD
+    held.write_text(f"{holder[0]} {holder[1]}\n")
+    real = time.time
+    monkeypatch.setattr(time, "time", lambda: real() + 900)
+    try:
+        with pytest.raises(RunInUse), exclusive(tmp_path):
+            pass
+        assert held.read_text().split() == [holder[0], str(holder[1])]
+        assert locks.age(held) < 60
+        os.utime(held, (real() - 700, real() - 700))  # its heartbeat stopped 700 s ago by the file system's clock
+        with exclusive(tmp_path):
+            assert held.read_text().split() == [socket.gethostname(), str(os.getpid())]
+    finally:
+        live.kill()
+        live.wait()

@@ -9,9 +9,11 @@ Two ways to hold ``<run dir>/.lock``, chosen by ``POSLAB_LOCKS``:
   GPFS) and holding ``host pid``. Its holder touches it every :data:`HEARTBEAT_S` seconds. A holder on this
   host that no longer runs is taken over at once; one on another host cannot be checked from here, so it is
   refused with its name and how to clear it until its file is :func:`stale_seconds` old (a node that died
-  stops touching it), then taken over. A takeover happens under a second exclusive file
-  (``.lock.steal``), so two processes finding the same stale holder cannot both take it. Use this mode
-  where ``flock`` succeeds but locks only the node it runs on (NFS mounted with ``local_lock=all``).
+  stops touching it), then taken over. The age is read on the file system's clock (:func:`age`), never
+  this host's: a host whose clock runs 15 minutes ahead must not find a live holder's file stale. A
+  takeover happens under a second exclusive file (``.lock.steal``), so two processes finding the same
+  stale holder cannot both take it. Use this mode where ``flock`` succeeds but locks only the node it runs
+  on (NFS mounted with ``local_lock=all``).
 
 A run directory that can be locked neither way (``ESTALE``, ``EIO``, ...) is one line naming it and the cause.
 
@@ -37,6 +39,8 @@ MODES = ("flock", "files")
 NO_FLOCK = {errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL}
 HELD = ".lock.held"
 STEAL = ".lock.steal"
+#: Touched to read the file system's clock (:func:`age`).
+CLOCK = ".lock.clock"
 #: How often a lock file's holder touches it, and the age at which a holder (on any host) counts as gone.
 HEARTBEAT_S = 30.0
 STALE_S = 600.0
@@ -187,10 +191,25 @@ def _take_file(run_dir: Path) -> None:
 def _gone(path: Path, holder: tuple[str, int]) -> bool:
     """Its process has ended (this host), or its heartbeat stopped (any host: a recycled pid too)."""
     try:
-        stale = time.time() - path.stat().st_mtime > stale_seconds()
+        stale = age(path) > stale_seconds()
     except OSError:
         return True  # removed meanwhile: free
     return stale or not _alive(*holder)
+
+
+def age(path: Path) -> float:
+    """Seconds since ``path`` was last touched, by the clock that stamped it: a file touched now beside it (the
+    file server's clock on NFS, the kernel's locally) is the present. Only where nothing can be written there
+    does this host's clock stand in."""
+    stamped = path.stat().st_mtime
+    clock = path.parent / CLOCK
+    try:
+        os.close(os.open(clock, os.O_WRONLY | os.O_CREAT, 0o644))
+        os.utime(clock)  # no times given: the file system stamps its own now
+        now = clock.stat().st_mtime
+    except OSError:
+        now = time.time()
+    return now - stamped
 
 
 def _take_over(run_dir: Path, stale: tuple[str, int]) -> None:
@@ -200,7 +219,7 @@ def _take_over(run_dir: Path, stale: tuple[str, int]) -> None:
     try:
         fd = os.open(steal, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     except FileExistsError:
-        if time.time() - _mtime(steal) > stale_seconds():  # a takeover that died halfway
+        if _age(steal) > stale_seconds():  # a takeover that died halfway
             steal.unlink(missing_ok=True)
         return
     try:
@@ -211,11 +230,11 @@ def _take_over(run_dir: Path, stale: tuple[str, int]) -> None:
         steal.unlink(missing_ok=True)
 
 
-def _mtime(path: Path) -> float:
+def _age(path: Path) -> float:
     try:
-        return path.stat().st_mtime
+        return age(path)
     except OSError:
-        return time.time()
+        return 0.0  # removed meanwhile
 
 
 def _file_holder(run_dir: Path) -> tuple[str, int] | None:
