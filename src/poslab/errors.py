@@ -55,6 +55,8 @@ FILESYSTEM_ERRORS = {
     errno.EEXIST: "a file stands where a folder should be",
     errno.EISDIR: "a folder stands where a file should be",
     errno.EACCES: "permission denied",
+    errno.EFBIG: "the file is larger than this file system allows",
+    errno.EPERM: "operation not permitted",
 }
 
 

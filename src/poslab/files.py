@@ -17,9 +17,14 @@ from typing import Any
 def shareable(fd: int) -> None:
     """Give a file made by ``tempfile.mkstemp`` (mode 0600) the mode a plain ``open`` gives (0666 less the
     umask): data caches and summaries are read by other users of a shared machine."""
+    os.fchmod(fd, 0o666 & ~umask())
+
+
+def umask() -> int:
+    """This process's umask (reading it means setting it: set back at once)."""
     mask = os.umask(0)
     os.umask(mask)
-    os.fchmod(fd, 0o666 & ~mask)
+    return mask
 
 
 def write_atomic(path: Path, data: bytes) -> None:
@@ -30,6 +35,11 @@ def write_atomic(path: Path, data: bytes) -> None:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
         os.replace(tmp, path)
+    except OSError as exc:  # a write names no file (``[Errno 28] No space left on device``): name the one meant
+        Path(tmp).unlink(missing_ok=True)
+        if exc.filename is not None and exc.filename != tmp:
+            raise
+        raise OSError(exc.errno, exc.strerror or str(exc), str(path)) from None
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise

@@ -320,8 +320,14 @@ def test_a_full_disk_when_the_summary_is_written_is_one_line_and_leaves_no_summa
     assert main(["train", *tiny, "run.name=full"]) == 2
     err = capsys.readouterr().err
     run_dir = Path(next(o for o in tiny if o.startswith("run.root=")).split("=", 1)[1]) / "vision" / "full"
-    assert err == f"poslab: error: cannot write {run_dir / 'summary.json'}: no space left on the device\n"
+    assert err == (
+        f"poslab: error: cannot write {run_dir / 'summary.json'}: no space left on the device; checkpoints/last.ckpt "
+        f"is kept: fix the disk, then continue with: poslab train resume={run_dir}\n"
+    )
     assert not (run_dir / "summary.json").exists() and (run_dir / "checkpoints" / "last.ckpt").exists()
+    monkeypatch.undo()  # the disk fixed: the line continues the run
+    assert main(["train", *tiny, f"resume={run_dir}"]) == 0
+    assert (run_dir / "summary.json").exists()
 
 
 def test_a_full_disk_when_a_checkpoint_is_saved_is_one_line_and_keeps_the_last_good_one(tiny, monkeypatch, capsys):
@@ -334,10 +340,70 @@ def test_a_full_disk_when_a_checkpoint_is_saved_is_one_line_and_keeps_the_last_g
     err = capsys.readouterr().err
     run_dir = Path(next(o for o in tiny if o.startswith("run.root=")).split("=", 1)[1]) / "vision" / "full"
     last = run_dir / "checkpoints" / "last.ckpt"
-    assert err == f"poslab: error: cannot write {last}: no space left on the device\n"
+    assert err.startswith(f"poslab: error: cannot write {last}: no space left on the device; checkpoints/last.ckpt ")
     verify_digest(last)  # the first save, whole
     assert not (run_dir / "summary.json").exists()
     assert not list(last.parent.glob(".*.tmp"))  # no half-written file left behind
+
+
+def test_a_disk_going_read_only_before_the_first_checkpoint_says_to_run_again(tiny, monkeypatch, capsys):
+    import errno
+
+    fail_writes(monkeypatch, "last.ckpt", errno.EROFS)
+    assert main(["train", *tiny, "run.name=ro", "run.checkpoint_every_n_steps=1"]) == 2
+    err = capsys.readouterr().err
+    assert err.endswith("last.ckpt: read-only file system; no checkpoint was saved yet: fix the disk and run the "
+                        "same command again\n"), err  # fmt: skip
+
+
+def test_a_write_that_fails_names_its_file_and_leaves_no_temporary(tmp_path, monkeypatch):
+    """``[Errno 28] No space left on device`` from a write names no file; the line names the one meant."""
+    import errno
+    import os
+
+    import poslab.files as files
+
+    class Full:
+        def __init__(self, fd, mode):
+            os.close(fd)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def write(self, data):
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(files.os, "fdopen", Full)
+    with pytest.raises(OSError) as raised:
+        files.write_atomic(tmp_path / "summary.json", b"{}")
+    assert (raised.value.errno, raised.value.filename) == (errno.ENOSPC, str(tmp_path / "summary.json"))
+    assert not list(tmp_path.iterdir())
+
+
+def test_a_file_too_large_for_its_limit_is_one_line_naming_it(tmp_path):
+    """A real EFBIG: the process's file-size limit (RLIMIT_FSIZE) below what is written."""
+    import subprocess
+    import sys
+
+    code = (
+        "import resource, signal, sys\n"
+        "from pathlib import Path\n"
+        "from poslab.errors import os_error_line\n"
+        "from poslab.files import write_atomic\n"
+        "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
+        "resource.setrlimit(resource.RLIMIT_FSIZE, (4096, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))\n"
+        "try:\n"
+        "    write_atomic(Path(sys.argv[1]), b'x' * 100_000)\n"
+        "except OSError as exc:\n"
+        "    print(os_error_line(exc))\n"
+    )
+    target = tmp_path / "big.ckpt"
+    done = subprocess.run([sys.executable, "-c", code, str(target)], capture_output=True, text=True, timeout=60)
+    assert done.stdout == f"cannot write {target}: the file is larger than this file system allows\n", done.stderr
+    assert not list(tmp_path.iterdir())
 
 
 def test_an_os_error_of_any_kind_is_one_line_with_the_path_and_the_systems_words(tiny, monkeypatch, capsys):

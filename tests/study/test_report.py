@@ -9,6 +9,7 @@ import pytest
 
 from poslab.config.composition import compose, to_dict
 from poslab.errors import ConfigError, PoslabError
+from poslab.files import umask
 from poslab.modalities import available_modalities
 from poslab.modalities.text import report as text_report
 from poslab.modalities.timeseries import report as timeseries_report
@@ -390,10 +391,63 @@ def test_a_broken_or_incomplete_summary_is_skipped_with_a_line_naming_it(tmp_pat
 
 
 def test_two_reports_in_the_same_second_get_their_own_folders(tmp_path):
-    from poslab.study.report import unique_dir
+    from poslab.study.report import publish
 
-    first, second = unique_dir(tmp_path, "text-20261130-120000"), unique_dir(tmp_path, "text-20261130-120000")
-    assert first != second and first.is_dir() and second.name == "text-20261130-120000-2"
+    done = []
+    for n in (1, 2):
+        (tmp_path / f".b{n}").mkdir()
+        (tmp_path / f".b{n}" / "report.md").write_text(str(n))
+        done.append(publish(tmp_path / f".b{n}", tmp_path, "text-20261130-120000"))
+    assert [d.name for d in done] == ["text-20261130-120000", "text-20261130-120000-2"]
+    assert [(d / "report.md").read_text() for d in done] == ["1", "2"]
+
+
+@pytest.mark.parametrize("fault", ["full disk", "signal"])
+def test_a_report_that_cannot_finish_leaves_nothing(tmp_path, monkeypatch, fault):
+    """A figure meets a full disk or a signal: no report folder, no half-built one, and the next report is
+    whole."""
+    import errno
+
+    from poslab.errors import RunInterrupted
+    from poslab.track import plots
+
+    runs = tmp_path / "runs"
+    for seed in (0, 1):
+        fake_summary(runs, "alibi", seed, {"val/loss": 1.5, "lengen/loss@1x": 1.5, "lengen/loss@2x": 1.4})
+    real, saved = plots.save_figure, []
+
+    def failing(fig, path):
+        saved.append(path)
+        if len(saved) == 1:
+            raise OSError(errno.ENOSPC, "No space left on device", str(path)) if fault == "full disk" else (
+                RunInterrupted("interrupted by SIGINT", 2))  # fmt: skip
+        real(fig, path)
+
+    monkeypatch.setattr(plots, "save_figure", failing)
+    with pytest.raises((OSError, RunInterrupted)):
+        build_report([runs], tmp_path / "reports")
+    assert len(saved) == 1 and list((tmp_path / "reports").iterdir()) == []
+    monkeypatch.undo()
+    path = build_report([runs], tmp_path / "reports")
+    assert [p.name for p in (tmp_path / "reports").iterdir()] == [path.parent.name]
+    assert path.is_file() and list(path.parent.glob("*.png"))
+    assert path.parent.stat().st_mode & 0o777 == 0o777 & ~umask()  # as a plain mkdir makes it
+
+
+def test_an_interrupted_report_or_sweep_says_nothing_was_written_and_how_to_run_it_again(tmp_path, monkeypatch, capsys):
+    from poslab.cli import main
+    from poslab.errors import RunInterrupted
+
+    def interrupted(*args, **kwargs):
+        raise RunInterrupted("interrupted by SIGINT", 2)
+
+    monkeypatch.setattr("poslab.cli.build_report", interrupted)
+    monkeypatch.setattr("poslab.study.sweep.sweep_and_left_out", interrupted)
+    for argv in (["report", str(tmp_path)], ["sweep", "modality=vision"]):
+        assert main(argv) == 130
+        assert capsys.readouterr().err == (
+            f"poslab: interrupted by SIGINT; nothing was written: run the same `poslab {argv[0]}` command again\n"
+        )
 
 
 def test_compare_encoders_all_takes_every_fitting_encoder_and_more_after_it(monkeypatch):

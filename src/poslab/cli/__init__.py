@@ -61,6 +61,8 @@ COMPARE_KEYS = {
     "workers": "train the grid in N processes of this machine (one report)",
     "worker": "be worker I of N independent jobs (a SLURM array: worker=$SLURM_ARRAY_TASK_ID/N)",
 }
+#: The commands whose output appears whole or not at all: an interrupted one wrote nothing.
+WHOLE = ("report", "sweep")
 #: The commands that take ``key=value`` overrides.
 OVERRIDING = ("train", "eval", "generate", "compare", "sweep", "prepare")
 
@@ -138,7 +140,8 @@ def main(argv: Sequence[str] | None = None, flush: bool = False) -> int:
         with interrupts.handled():
             return _dispatch(argv)
     except RunInterrupted as exc:
-        print(f"poslab: {exc}", file=sys.stderr)
+        again = f"; nothing was written: run the same `poslab {argv[0]}` command again" if argv[0] in WHOLE else ""
+        print(f"poslab: {exc}{again}", file=sys.stderr)
         return exc.exit_code
     except PoslabError as exc:
         print(f"poslab: error: {exc}", file=sys.stderr)

@@ -30,7 +30,17 @@ from omegaconf import DictConfig
 from poslab import __version__, interrupts
 from poslab.config.composition import to_dict
 from poslab.data.resumable import ResumableTraining
-from poslab.errors import ConfigError, DataError, PoslabError, RunInterrupted, RunStopped, first_line, memory_problem
+from poslab.errors import (
+    FILESYSTEM_ERRORS,
+    ConfigError,
+    DataError,
+    PoslabError,
+    RunInterrupted,
+    RunStopped,
+    first_line,
+    memory_problem,
+    os_error_line,
+)
 from poslab.evaluation.probes import run_evaluations
 from poslab.run import cluster
 from poslab.run.callbacks import (
@@ -157,6 +167,8 @@ class Run:
                 exit_code = getattr(exc, "exit_code", 1)  # an interrupted run's 128 + signal
                 if self.kind == "eval" or (_bad_input(exc) and not self.resuming):
                     remove_run_dir(self.dir)
+                if training and isinstance(exc, OSError) and exc.errno in FILESYSTEM_ERRORS:
+                    raise self.stopped_by_the_disk(exc) from None
                 raise
             finally:
                 for logger in self.loggers:
@@ -327,6 +339,15 @@ class Run:
         return RunInterrupted(
             f"interrupted by {name} {where}; checkpoint saved, continue with: {resume_command(self.dir)}", number
         )
+
+    def stopped_by_the_disk(self, exc: OSError) -> RunStopped:
+        """A full disk, a quota, a read-only or immutable folder mid-run: the file and the cause, what is kept, and
+        the line that continues once the disk is fixed."""
+        what = os_error_line(exc if exc.filename else OSError(exc.errno, exc.strerror, str(self.dir)))
+        if not (self.dir / LAST_CHECKPOINT).is_file():
+            return RunStopped(f"{what}; no checkpoint was saved yet: fix the disk and run the same command again")
+        return RunStopped(f"{what}; {LAST_CHECKPOINT} is kept: fix the disk, then continue with: "
+                          f"{resume_command(self.dir)}")  # fmt: skip
 
     def _relative(self, path: str | None) -> str | None:
         return str(Path(path).relative_to(self.dir)) if path else None

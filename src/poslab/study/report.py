@@ -8,8 +8,11 @@ and draws the curves the runs measured (:mod:`poslab.study.report_figures`).
 
 from __future__ import annotations
 
+import errno
+import shutil
 import statistics
 import sys
+import tempfile
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -17,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from poslab.errors import PoslabError
+from poslab.files import umask
 from poslab.modalities.registry import get_modality
 from poslab.run.policy import config_hash
 from poslab.study import report_figures
@@ -213,17 +217,18 @@ def expectation_section(groups: Sequence[Group], stated: Sequence[str] | None = 
     return lines
 
 
-def unique_dir(parent: Path, stem: str) -> Path:
-    """``parent/stem``, or ``stem-2``, ``stem-3`` … when taken: created here (``mkdir`` is atomic), so two
-    reports started in the same second never share a folder."""
-    parent.mkdir(parents=True, exist_ok=True)
+def publish(building: Path, parent: Path, stem: str) -> Path:
+    """Rename the finished folder ``building`` to ``parent/stem``, or ``stem-2``, ``stem-3`` … when taken (a
+    rename onto a folder that holds a report fails), so a report appears whole or not at all, and two reports
+    finished in the same second never share a folder."""
     for n in range(1, 1000):
         path = parent / (stem if n == 1 else f"{stem}-{n}")
         try:
-            path.mkdir()
+            building.rename(path)
             return path
-        except FileExistsError:
-            continue
+        except OSError as exc:
+            if exc.errno not in (errno.EEXIST, errno.ENOTEMPTY):
+                raise
     raise FileExistsError(f"no free report folder for {parent / stem}")
 
 
@@ -233,9 +238,8 @@ def build_report(
     title: str | None = None,
     expect: Mapping[str | None, Sequence[str]] | None = None,
 ) -> Path:
-    """Write ``<out_root>/<modality>-<timestamp>/report.md`` (+ PNGs); returns the Markdown path."""
-    from poslab.track import plots  # deferred: matplotlib, ~0.8 s
-
+    """Write ``<out_root>/<modality>-<timestamp>/report.md`` (+ PNGs), whole or not at all; returns the Markdown
+    path."""
     summaries = find_summaries(paths)
     if not summaries:
         raise PoslabError(
@@ -243,7 +247,24 @@ def build_report(
         )
     groups = group_runs(summaries)
     modalities = sorted({g.modality for g in groups})
-    out = unique_dir(Path(out_root), f"{'+'.join(modalities)}-{time.strftime('%Y%m%d-%H%M%S')}")
+    stem = f"{'+'.join(modalities)}-{time.strftime('%Y%m%d-%H%M%S')}"
+    Path(out_root).mkdir(parents=True, exist_ok=True)
+    out = Path(tempfile.mkdtemp(dir=out_root, prefix=f".{stem}.", suffix=".tmp"))  # renamed into place when whole
+    try:
+        out.chmod(0o777 & ~umask())  # mkdtemp's 0700 would hide the report from the machine's other users
+        _write_report(out, summaries, groups, modalities, title, expect)
+        folder = publish(out, Path(out_root), stem)
+    except BaseException:  # a full disk, a signal: nothing half-written is left
+        shutil.rmtree(out, ignore_errors=True)
+        raise
+    return folder / "report.md"
+
+
+def _write_report(out: Path, summaries: list, groups: list, modalities: list[str], title: str | None,
+                  expect: Mapping[str | None, Sequence[str]] | None) -> None:  # fmt: skip
+    """The report's Markdown and figures, written into ``out``."""
+    from poslab.track import plots  # deferred: matplotlib, ~0.8 s
+
     lines = [
         f"# {title or 'poslab comparison'}",
         "",
@@ -264,6 +285,4 @@ def build_report(
                 plots.save_figure(fig, out / name)
                 plots.close(fig)
                 lines += [f"![{caption}]({name})", ""]
-    path = out / "report.md"
-    path.write_text("\n".join(lines) + "\n")
-    return path
+    (out / "report.md").write_text("\n".join(lines) + "\n")
