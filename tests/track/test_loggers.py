@@ -256,3 +256,27 @@ def test_loggers_beside_the_preset_are_file_loggers_each_once(override, tiny, ca
 
     assert_refused_in_one_line([o for o in tiny if not o.startswith("logger=")], override,
                                "the loggers beside logger.name=", capsys)  # fmt: skip
+
+
+def test_a_home_wandb_cannot_write_to_moves_its_folders_into_the_run(tiny, tmp_path, monkeypatch, capsys):
+    """A read-only home (here: under a file, which even root cannot write into): W&B's data (artifact staging),
+    cache and config folders go under <run>/wandb-home, and the run goes on; a folder the user set stays."""
+    from poslab.track import loggers
+
+    (tmp_path / "file").write_text("")
+    monkeypatch.setenv("HOME", str(tmp_path / "file" / "home"))
+    for variable in (*loggers.WANDB_HOME_FOLDERS, "XDG_DATA_HOME", "XDG_CACHE_HOME", "XDG_CONFIG_HOME"):
+        monkeypatch.delenv(variable, raising=False)
+    monkeypatch.setenv("WANDB_CONFIG_DIR", str(tmp_path / "mine"))  # the user's own: never moved
+    monkeypatch.setattr(loggers, "_moved", {})
+    summary = wandb_run(tiny, "logger.mode=offline", "logger.log_model=true", "run.name=rohome")
+    run_dir = Path(summary["run_dir"])
+    assert list((run_dir / "wandb-home" / "data" / "artifacts").iterdir())  # the model's checkpoint, staged
+    assert os.environ["WANDB_CONFIG_DIR"] == str(tmp_path / "mine")
+    assert not (run_dir / "wandb-home" / "config").exists()
+    assert f"W&B cannot write its data and cache folders under the home directory; this run keeps them in {run_dir}" \
+        f"/wandb-home" in capsys.readouterr().err  # fmt: skip
+    monkeypatch.delenv("HOME")  # a writable home again: the next run uses W&B's defaults
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    wandb_run(tiny, "logger.mode=offline", "run.name=home")
+    assert "WANDB_DATA_DIR" not in os.environ and (tmp_path / "home" / ".local" / "share" / "wandb").is_dir()

@@ -16,10 +16,12 @@ import netrc
 import os
 import shlex
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
+import platformdirs
 from matplotlib.figure import Figure
 
 from poslab.entry_points import import_class
@@ -204,7 +206,11 @@ def _start_wandb(cfg: Any, run_dir: Path, run_name: str, job_type: str, wandb_id
     import wandb  # deferred: W&B, ~0.8 s
     from lightning.pytorch.loggers import WandbLogger  # deferred: Lightning, ~7 s
 
-    check_staging_dir()
+    moves = place_wandb_folders(run_dir)
+    if moves:
+        named = " and ".join([", ".join(moves[:-1]), moves[-1]] if len(moves) > 1 else moves)
+        print(f"poslab: W&B cannot write its {named} folders under the home directory; this run keeps them in "
+              f"{run_dir / 'wandb-home'}", file=sys.stderr)  # fmt: skip
     tags = [cfg.modality, cfg.task.name, cfg.encoder.name, *cfg.logger.tags]
     if cfg.experiment:
         tags.append(f"experiment:{cfg.experiment}")
@@ -238,15 +244,40 @@ def _start_wandb(cfg: Any, run_dir: Path, run_name: str, job_type: str, wandb_id
     return logger
 
 
-def check_staging_dir() -> None:
-    """W&B stages tables and artifacts under ``WANDB_DATA_DIR``: where it cannot write there, it would fail
-    only when the end-of-run tables are logged, after the whole training. Asked now, its own message (the
-    folder, the variable to set) stops the run before anything is trained."""
+#: W&B's folders outside the run (artifact staging, downloads, settings): the variable that moves each, and its
+#: name under ``<run>/wandb-home/`` when its default cannot be written (a read-only home on a cluster node).
+WANDB_HOME_FOLDERS = {"WANDB_DATA_DIR": "data", "WANDB_CACHE_DIR": "cache", "WANDB_CONFIG_DIR": "config"}
+_moved: dict[str, str] = {}  # the variables poslab set, and to what (one the user set is never touched)
+
+
+def place_wandb_folders(run_dir: Path) -> list[str]:
+    """W&B writes its data (staging every table and artifact), cache and settings under the home directory;
+    where it cannot, it fails only when the end-of-run tables are logged, after the whole training. So each
+    folder whose default cannot be written goes under ``<run>/wandb-home/`` for this run (kept with the run,
+    where ``wandb sync`` finds the staged files); a folder the user chose stays theirs. Returns those moved."""
+    defaults = {"WANDB_DATA_DIR": platformdirs.user_data_dir("wandb"),
+                "WANDB_CACHE_DIR": platformdirs.user_cache_dir("wandb"),
+                "WANDB_CONFIG_DIR": str(Path.home() / ".config" / "wandb")}  # fmt: skip
+    moves = []
+    for variable, name in WANDB_HOME_FOLDERS.items():
+        if os.environ.get(variable) not in (None, _moved.get(variable)):
+            continue
+        if _writable(Path(defaults[variable])):
+            os.environ.pop(variable, None)
+            _moved.pop(variable, None)
+            continue
+        _moved[variable] = os.environ[variable] = str(run_dir / "wandb-home" / name)
+        moves.append(name)
+    return moves
+
+
+def _writable(folder: Path) -> bool:
     try:
-        from wandb.sdk.artifacts.staging import get_staging_dir  # deferred: W&B, ~0.8 s
-    except ImportError:  # another W&B layout: it reports the problem itself when it logs
-        return
-    get_staging_dir()
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=folder):
+            return True
+    except OSError:
+        return False
 
 
 def is_wandb(logger: Any) -> bool:
