@@ -181,7 +181,7 @@ def _train(args: argparse.Namespace) -> int:
     from poslab.run.resume import command_config  # deferred: torch (composing reads the encoders), ~2.6 s
 
     cfg = command_config(args.overrides)
-    remember_keys(cfg.modality)
+    remember_keys()
     if args.print_config or args.cfg:
         print(to_yaml(cfg), end="")
         return 0
@@ -205,7 +205,7 @@ def _prepare(args: argparse.Namespace) -> int:
     from poslab.run.prepare import prepare  # deferred: Lightning (the data modules), ~7.5 s
 
     cfg = compose(args.overrides)
-    remember_keys(cfg.modality)
+    remember_keys()
     prepare(cfg)
     return 0
 

@@ -1,8 +1,8 @@
 """A mistyped key on the command line, found before torch loads.
 
 Composing reads the encoders and the models' constructors, and importing them imports torch: about 2 s on a
-laptop CPU before the first check. So each successful composition remembers the key tree of its modality's
-schema (:func:`remember_keys`), named by a fingerprint of every file that declares it (poslab's and its
+laptop CPU before the first check. So each successful composition remembers the key tree of every modality's
+schema (:func:`remember_keys`), named by a fingerprint of every file that declares one (poslab's and its
 plugins' sources, every config folder's YAML), and the next command line's keys are looked up in it first
 (:func:`check_keys`): ``poslab train model.dimm=1`` is one line in well under a second, the same line
 composing prints. Only unknown keys are looked for, and nothing is refused without a tree of the current
@@ -26,7 +26,7 @@ from poslab.config.files import config_dirs, find_config, load_yaml
 from poslab.config.root import root_schema
 from poslab.errors import ConfigError, did_you_mean
 from poslab.files import cache_folder, write_json_atomic
-from poslab.modalities.registry import get_modality
+from poslab.modalities.registry import available_modalities, get_modality
 
 #: A plain dotted key (``model.dim``); other forms (``+key``, ``~key``) are left to composing.
 DOTTED = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
@@ -44,15 +44,17 @@ def check_keys(overrides: Sequence[str]) -> None:
             _walk(tree, key.split("."), "")
 
 
-def remember_keys(modality: str) -> None:
-    """Keep ``modality``'s key tree for :func:`check_keys` (once per fingerprint; a cache that cannot be written
-    costs only speed)."""
-    path = tree_path(modality)
-    if not path.is_file():
-        try:
-            write_json_atomic(path, key_tree(root_schema(get_modality(modality), dict)))
-        except OSError:
-            pass
+def remember_keys() -> None:
+    """Keep every modality's key tree for :func:`check_keys` (20 ms once composing has loaded them; only those
+    missing for the current files are written; a cache that cannot be written costs only speed)."""
+    fingerprint = files_fingerprint()
+    for modality in available_modalities():
+        path = tree_path(modality, fingerprint)
+        if not path.is_file():
+            try:
+                write_json_atomic(path, key_tree(root_schema(get_modality(modality), dict)))
+            except OSError:
+                return
 
 
 def key_tree(schema: type) -> Tree:
@@ -76,16 +78,21 @@ def selected_modality(overrides: Sequence[str]) -> str | None:
     return chosen.get("modality") or found.get("modality") or base.get("modality")
 
 
-def tree_path(modality: str) -> Path:
+def tree_path(modality: str, fingerprint: str | None = None) -> Path:
     """``<cache>/config-keys/<modality>-<fingerprint>.json``: the fingerprint changes with any declaring file."""
-    digest = hashlib.sha256(modality.encode())
+    return cache_folder() / "config-keys" / f"{modality}-{fingerprint or files_fingerprint()}.json"
+
+
+def files_fingerprint() -> str:
+    """The path, time and size of every file that declares a key (16 ms for poslab's 230 here)."""
+    digest = hashlib.sha256()
     roots = [Path(__file__).parents[1], *_plugin_sources()]
     files = [p for r in roots for p in ([r] if r.is_file() else sorted(r.rglob("*.py")))]
     files += [p for d in config_dirs() for p in sorted(d.rglob("*.yaml"))]
     for file in files:
         stat = file.stat()
         digest.update(f"{file}\0{stat.st_mtime_ns}\0{stat.st_size}\n".encode())
-    return cache_folder() / "config-keys" / f"{modality}-{digest.hexdigest()[:16]}.json"
+    return digest.hexdigest()[:16]
 
 
 def _plugin_sources() -> list[Path]:
