@@ -17,6 +17,7 @@ from tests.encoders.test_attention_computes import (
     model_with,
     plain_scores,
     rotary_scores,
+    rotation_pairs,
 )
 
 
@@ -117,3 +118,41 @@ def test_irope_with_temperature_scales_only_its_nope_layer():
     check_layers(
         model_with(encoder, depth=4), lambda i: rope if i < 3 else lambda q, k: factor * plain_scores(q, k), True
     )
+
+
+@pytest.mark.parametrize("name", ["ssmax", "rope+ssmax"])
+def test_with_a_class_token_ssmax_counts_every_key_attention_sees_and_scales_every_query(name):
+    """A ViT's class token is a key every query sees: n = L + 1 for each of the L + 1 queries (the class
+    token's too), not L for the positioned ones alone; RoPE still leaves the class token unrotated."""
+    from poslab.positions import Positions
+    from tests.encoders.test_attention_computes import attention_from_scores
+
+    ssmax = {"init_scale": 0.5}
+    options = {"rope": {"base": 100.0, "layout": "interleaved"}, "ssmax": ssmax} if "+" in name else ssmax
+    context = {"max_len": 64, "bidirectional": True}
+    encoder = build_encoder_in_context(name, dim=DIM, num_heads=HEADS, options=options, context=context)
+    model = model_with(encoder, causal=False)
+    torch.manual_seed(1)
+    x = torch.randn(2, LENGTH + 1, DIM)  # the class token first, then LENGTH positioned tokens
+    seen = []
+    hook = model.blocks[0].attn.register_forward_hook(lambda m, args, out: seen.append((args[0], out)))
+    with torch.no_grad():
+        model(x, Positions(steps=torch.arange(LENGTH)), num_prefix_tokens=1)
+    hook.remove()
+    (inputs, out), scale = seen[0], 0.5 * math.log(LENGTH + 1)
+
+    def rotated(x):  # RoFormer's rotation of the positioned tokens 0 .. L-1; the class token as it is
+        a, b = rotation_pairs(x.shape[-1], "interleaved")
+        theta = 100.0 ** (-2.0 * torch.arange(x.shape[-1] // 2, dtype=torch.float64) / x.shape[-1])
+        turned = torch.complex(x[..., 1:, a], x[..., 1:, b]) * torch.polar(
+            torch.ones(LENGTH, len(a), dtype=torch.float64), torch.arange(LENGTH)[:, None] * theta
+        )
+        out = x.clone()
+        out[..., 1:, a], out[..., 1:, b] = turned.real, turned.imag
+        return out
+
+    def scores(q, k):
+        return scale * (plain_scores(rotated(q), rotated(k)) if "+" in name else plain_scores(q, k))
+
+    expected = attention_from_scores(model.blocks[0].attn, inputs, scores, causal=False)
+    torch.testing.assert_close(out.double(), expected, rtol=2e-4, atol=2e-5)

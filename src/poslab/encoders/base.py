@@ -91,6 +91,9 @@ class PositionEncoder(nn.Module):
     length_driven_extensions: ClassVar[tuple[str, ...]] = ()
     #: Extensions whose settings are searched per length (see the class docstring).
     searched_extensions: ClassVar[tuple[str, ...]] = ()
+    #: Its query / key transform acts on the prefix tokens (a class token) too: one that reads no position but
+    #: what attention sees (SSMax counts every key a query attends to). Others leave the prefix as it is.
+    sees_prefix: ClassVar[bool] = False
 
     def __init__(self, dim: int, num_heads: int) -> None:
         super().__init__()
@@ -116,6 +119,13 @@ class PositionEncoder(nn.Module):
     def rotate_key(self, x: torch.Tensor, pos: Positions | torch.Tensor) -> torch.Tensor:
         """What attention applies to keys; default: :meth:`rotate`."""
         return self.rotate(x, pos)
+
+    def rotate_tokens(self, hook: str, x: torch.Tensor, pos: Positions | torch.Tensor, prefix: int) -> torch.Tensor:
+        """``hook`` (``rotate_query`` / ``rotate_key``) on queries or keys whose first ``prefix`` tokens hold no
+        position (a class token): those stay as they are unless the encoder :attr:`sees_prefix`."""
+        if not prefix or self.sees_prefix:
+            return getattr(self, hook)(x, pos)
+        return torch.cat((x[..., :prefix, :], getattr(self, hook)(x[..., prefix:, :], pos)), dim=-2)
 
     def attention_bias(self, q_pos: Positions | torch.Tensor, k_pos: Positions | torch.Tensor) -> torch.Tensor | None:
         """Additive logits bias ``[H, Lq, Lk]`` (or ``[B, H, Lq, Lk]``).

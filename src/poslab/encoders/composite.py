@@ -85,6 +85,7 @@ class CompositeEncoder(MemberEncoder):
                 )
         super().__init__(dim, num_heads, members)
         self.name = "+".join(members)
+        self.sees_prefix = any(m.sees_prefix for m in members.values())
 
     def _replacing(self, hook: str) -> PositionEncoder | None:
         return next((m for m in self.members.values() if m.uses(hook)), None)
@@ -106,6 +107,13 @@ class CompositeEncoder(MemberEncoder):
 
     def rotate(self, x, pos):
         return self._chain("rotate", x, pos)
+
+    def rotate_tokens(self, hook, x, pos, prefix):
+        """Each member's ``hook`` in turn, on the prefix tokens too where the member :attr:`sees_prefix`."""
+        pos = self._positions(pos)
+        for member in self.members.values():
+            x = member.rotate_tokens(hook, x, pos, prefix)
+        return x
 
     def rotate_query(self, x, pos):
         return self._chain("rotate_query", x, pos)

@@ -4,9 +4,10 @@ Softmax over n scores flattens as n grows (its largest output tends to 0:
 "attention fading"). SSMax raises the base to n: z_j ↦ n^(s·z_j) / Σ_t n^(s·z_t),
 i.e. the logits multiplied by s·log n, with one learned s per head; the
 query of token i, which attends to n_i keys (i + 1 under a causal mask, every
-positioned token otherwise), is scaled by s_h·log n_i before the dot product —
-the same as scaling its logits. No position of its own: alone it is NoPE with
-SSMax; ``rope+ssmax`` scales RoPE's queries.
+token otherwise, a class token too), is scaled by s_h·log n_i before the dot
+product — the same as scaling its logits; a class token's query is scaled as
+the others. No position of its own: alone it is NoPE with SSMax;
+``rope+ssmax`` scales RoPE's queries.
 
 ``init_scale`` left ``None`` starts s at 1/log L, L the training context, so
 the model starts as plain softmax at the training length (the paper learns s
@@ -32,6 +33,7 @@ from poslab.encoders.registry import register_encoder
 class ScalableSoftmax(PositionEncoder):
     paper = "Nakanishi 2025"
     reads = None  # it counts the keys a query sees, not a position field
+    sees_prefix = True  # a class token is a key every query sees, and a query scaled as the others
 
     def __init__(
         self,

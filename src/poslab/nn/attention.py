@@ -207,8 +207,8 @@ class SelfAttention(nn.Module):
         if cache is not None:
             out = decoding_step(q, k, v, x, encoder, bias, causal, layer, cache)
             return self.proj(out.transpose(1, 2).reshape(batch, length, dim))
-        q = _rotate_tokens(encoder.rotate_query, q, pos, num_prefix_tokens)
-        k = _rotate_tokens(encoder.rotate_key, k, pos, num_prefix_tokens)
+        q = encoder.rotate_tokens("rotate_query", q, pos, num_prefix_tokens)
+        k = encoder.rotate_tokens("rotate_key", k, pos, num_prefix_tokens)
         dropout = self.dropout if self.training else 0.0
         if any(encoder.uses(hook) for hook in EXPLICIT_HOOKS):
             out = attend_with_content(q, k, v, bias, causal, dropout, ExplicitHooks.of(encoder, x, layer))
@@ -293,12 +293,3 @@ def _attend_with_content(q, k, v, bias: AttentionBias | None, causal: bool, drop
     probs = logits.softmax(dim=-1) if weights is None else weights.float()
     probs = F.dropout(probs, p=dropout)
     return (probs @ v.float()).to(v.dtype)
-
-
-def _rotate_tokens(hook, x: torch.Tensor, pos: Positions | torch.Tensor, num_prefix_tokens: int) -> torch.Tensor:
-    """Rotate the positioned tokens with ``hook`` (the encoder's query or key rotation); prefix tokens
-    (class token) stay unrotated."""
-    if not num_prefix_tokens:
-        return hook(x, pos)
-    prefix, rest = x[..., :num_prefix_tokens, :], x[..., num_prefix_tokens:, :]
-    return torch.cat((prefix, hook(rest, pos)), dim=-2)
