@@ -211,6 +211,7 @@ def _start_wandb(cfg: Any, run_dir: Path, run_name: str, job_type: str, wandb_id
         named = " and ".join([", ".join(moves[:-1]), moves[-1]] if len(moves) > 1 else moves)
         print(f"poslab: W&B cannot write its {named} folders under the home directory; this run keeps them in "
               f"{run_dir / 'wandb-home'}", file=sys.stderr)  # fmt: skip
+    check_staging_dir()  # a folder the user chose that cannot be written: W&B's own line, before training
     tags = [cfg.modality, cfg.task.name, cfg.encoder.name, *cfg.logger.tags]
     if cfg.experiment:
         tags.append(f"experiment:{cfg.experiment}")
@@ -269,6 +270,16 @@ def place_wandb_folders(run_dir: Path) -> list[str]:
         _moved[variable] = os.environ[variable] = str(run_dir / "wandb-home" / name)
         moves.append(name)
     return moves
+
+
+def check_staging_dir() -> None:
+    """Asked now, W&B's own message (the folder, the variable to set) stops the run before anything is trained,
+    not when the end-of-run tables are logged."""
+    try:
+        from wandb.sdk.artifacts.staging import get_staging_dir  # deferred: W&B, ~0.8 s
+    except ImportError:  # another W&B layout: it reports the problem itself when it logs
+        return
+    get_staging_dir()
 
 
 def _writable(folder: Path) -> bool:
