@@ -321,6 +321,8 @@ TRIED: dict[tuple[str, str], list[typing.Any]] = {
     ("mrope", "sections"): [None, [4, 2, 2], [2, 2, 4]],  # None: Qwen2-VL's ratio, [2, 3, 3] of 8 pairs
     ("rope3d", "sections"): [None, [2, 3, 3], [3, 3, 2]],  # None: [4, 2, 2]
     ("rope", "scaling"): [None, {"type": "linear", "factor": 2.0}],
+    ("rope2d_golden", "grid_size"): [(4, 4), (8, 2)],  # the span the coordinates are normalised over
+    ("rope2d_golden", "zero_freqs"): [0.0, 0.25],  # 2 of the 8 pairs still
     ("rope", "window"): [None, 4, 8],
     ("rnope", "window"): [None, 4],
     ("ssmax", "init_scale"): [None, 0.5],  # None: 1 / log of the context
