@@ -168,3 +168,33 @@ def test_gradients_reach_every_transform_parameter():
     model(torch.randn(2, 6, DIM), Positions(steps=torch.arange(6))).pow(2).sum().backward()
     for name, parameter in encoder.named_parameters():
         assert parameter.grad is not None and parameter.grad.abs().sum() > 0, name
+
+
+def test_with_fox_the_forget_gates_join_the_logits_before_the_scale_as_fla_does():
+    """fla's ``naive_path_attn``: o = softmax((A + G_i − G_j)·scale)·v, A the Householder logits and G the
+    cumulated log forget gates: the gate is scaled with the logits (FoX alone adds it after the scale)."""
+    from tests.encoders.test_fox import forget_bias
+
+    context = {"bidirectional": False, "depth": 2}
+    encoder = build_encoder_in_context("path+fox", dim=DIM, num_heads=HEADS, options={}, context=context)
+    randomised(encoder.members["path"])
+    torch.manual_seed(3)
+    with torch.no_grad():
+        for gate in encoder.members["fox"].gates:
+            gate.weight.normal_(std=0.5)
+            gate.bias.normal_(std=1.0)
+    model = model_with(encoder, depth=2, causal=True)
+    torch.manual_seed(1)
+    x = torch.randn(2, LENGTH, DIM)
+    pos = Positions(steps=torch.arange(LENGTH))
+    scale = 1 / math.sqrt(DIM // HEADS)
+    for index, ((inputs, out), block) in enumerate(zip(recorded_attention(model, x, pos), model.blocks, strict=True)):
+        w, beta = reference_w_beta(encoder.members["path"].gates[index], inputs, conv=True)
+        fox = encoder.members["fox"].gates[index]
+        gates = forget_bias(inputs, fox.weight.detach(), fox.bias.detach(), causal=True)
+
+        def scores(q, k, w=w, beta=beta, gates=gates):
+            return (path_scores(q, k, w, beta, causal=True) / scale + gates) * scale  # path_scores is A·scale
+
+        expected = attention_from_scores(block.attn, inputs, scores, causal=True)
+        torch.testing.assert_close(out.double(), expected, rtol=2e-4, atol=2e-5, msg=f"layer {index}")

@@ -245,6 +245,8 @@ class ExplicitHooks:
         """The hooks ``encoder`` overrides, for layer ``layer`` whose normed input is ``x``."""
         content = encoder.content_bias if encoder.uses("content_bias") else None
         from_input = encoder.input_bias(x, layer) if encoder.uses("input_bias") else None
+        if from_input is not None and encoder.uses("attention_logits"):  # beside replaced logits it joins them
+            from_input = from_input / math.sqrt(encoder.head_dim)  # before the 1/√d (docs/architecture.md)
 
         def bias(q, k, logits):
             extra = None if content is None else content(q, k, logits)
