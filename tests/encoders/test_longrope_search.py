@@ -1,4 +1,4 @@
-"""LongRoPE's search (Ding et al. 2024, §3.2): the space it searches (1 ≤ λ_0 ≤ … ≤ λ_{d/2−1} ≤ s, a 0.01 grid),
+"""LongRoPE's search (Ding et al. 2024, §3.2): the space it searches (1 ≤ λ_0 ≤ … ≤ λ_{d/2−1} ≤ 1 + s, a 0.01 grid),
 where it starts (the factors PI, NTK, YaRN and Llama 3.1 imply), that it finds better factors than its
 starts, and what attention computes with what it found; then the length study running it in a real run."""
 
@@ -30,7 +30,7 @@ D = DIM // HEADS  # 16 channels a head: 8 frequencies
 def monotone_in_range(factors, scale) -> bool:
     return (
         factors[0] >= 1.0
-        and factors[-1] <= scale + 1e-9
+        and factors[-1] <= 1 + scale + 1e-9
         and all(a <= b for a, b in zip(factors, factors[1:], strict=False))
     )
 
@@ -40,10 +40,37 @@ def on_the_grid(factors) -> bool:
 
 
 def test_admissible_moves_any_factors_into_the_search_space_and_leaves_admissible_ones_alone():
-    assert admissible([0.5, 3.0, 2.0, 9.0], 4.0) == (1.0, 3.0, 3.0, 4.0)  # below 1, a dip, past s
+    assert admissible([0.5, 3.0, 2.0, 9.0], 4.0) == (1.0, 3.0, 3.0, 5.0)  # below 1, a dip, past 1 + s
     assert admissible([1.004, 1.5, 2.25, 4.0], 4.0) == (1.0, 1.5, 2.25, 4.0)
     assert is_admissible((1.0, 1.5, 2.25, 4.0), 4.0) and not is_admissible((1.0, 2.0, 1.5, 4.0), 4.0)
-    assert not is_admissible((0.99, 2.0), 4.0) and not is_admissible((1.0, 4.01), 4.0)
+    assert is_admissible((1.0, 5.0), 4.0)  # the reference's candidates: np.arange(1.0, 1.0 + s + 0.01, 0.01)
+    assert not is_admissible((0.99, 2.0), 4.0) and not is_admissible((1.0, 5.01), 4.0)
+
+
+class Scripted(random.Random):
+    """A generator whose ``random()`` returns the values given, in order (and counts them)."""
+
+    def __init__(self, values):
+        super().__init__(0)
+        self.values, self.used = list(values), 0
+
+    def random(self):
+        self.used += 1
+        return self.values.pop(0)
+
+
+def test_crossover_swaps_one_factor_at_a_time_and_keeps_the_first_new_monotone_child():
+    """dim_mono.py: from the better parent, a factor is visited with p 0.3 and swapped with p 0.5; a visit
+    that leaves a seen or non-monotone child goes on from it (the swap is kept); the first good one returns."""
+    first, second = (1.0, 1.0, 2.0, 3.0), (1.0, 2.5, 3.0, 3.0)
+    # factor 0 visited, not swapped (the child is the parent: seen); factor 1 visited and swapped to 2.5 (not
+    # monotone: 2.5 > 2.0); factor 2 not visited; factor 3 visited, swapped (3.0, the same: still not
+    # monotone); second pass: factor 0 skipped, factor 1 skipped, factor 2 visited and swapped: (1, 2.5, 3, 3)
+    rng = Scripted([0.1, 0.9, 0.2, 0.1, 0.5, 0.1, 0.2, 0.5, 0.5, 0.1, 0.4])
+    assert crossover(first, second, 4.0, rng, {first}) == (1.0, 2.5, 3.0, 3.0)
+    assert rng.used == 11 and not rng.values
+    never = Scripted([0.9] * 4 * 20)  # nothing visited in the reference's 20 passes: no child
+    assert crossover(first, second, 4.0, never, {first}) is None and never.used == 80
 
 
 def test_mutation_and_crossover_give_new_candidates_inside_the_space():
@@ -99,7 +126,7 @@ def test_rope_starts_from_pi_ntk_yarn_and_llama3_and_returns_longrope_with_what_
         seen.append(candidate)
         return float(candidate.scaling.long_factor[3])  # rewards a slow interpolation of the fourth frequency
 
-    found, result = rope().search_extension("longrope", s, fitness, SearchBudget(8, 3))
+    found, result = rope().search_extension("longrope", s, fitness, SearchBudget(8, 6))
     assert all(c.scaling.type == "longrope" and c.scaling.factor == s for c in seen)
     assert result.start["linear"] == s  # PI: every λ_i = s
     ntk = [s ** (2 * i / (d - 2)) for i in range(d // 2)]  # base' = base·s^(d/(d−2)): λ_i = s^(2i/(d−2))
