@@ -308,6 +308,9 @@ TRIED: dict[tuple[str, str], list[typing.Any]] = {
     ("learned3d", "frames"): [4, 8],
     ("liere", "block_size"): [None, 4, 2],
     ("liere", "grid_size"): [(4, 4), (8, 2), (1, 1)],  # the position scale is per axis of the grid
+    ("liere", "depth"): [None, 4],  # one set, or one per layer of the 4
+    ("liere3d", "depth"): [None, 4],
+    ("rope2d_mixed", "depth"): [None, 4],
     ("liere3d", "block_size"): [None, 4],
     ("liere3d", "grid_size"): [(4, 4), (2, 8)],
     ("liere3d", "frames"): [4, 8],
@@ -342,6 +345,9 @@ ALONG: dict[tuple[str, str], dict[str, typing.Any]] = {
     ("gemma3", "global_base"): {"global_every": 2},  # a global layer among the 4
     ("xpos", "blockwise"): {"max_len": 4},  # blocks of 4 among the 16 sample tokens (64: one block)
     ("xpos", "max_len"): {"blockwise": True},
+    ("liere", "per_layer"): {"depth": 4},  # a set per layer of the 4, or one
+    ("liere3d", "per_layer"): {"depth": 4},
+    ("rope2d_mixed", "per_layer"): {"depth": 4},
 }
 
 #: Options that do not change what a model of the sample context computes, and why (the data's own value

@@ -43,6 +43,11 @@ def ladder(base: float, pairs: int = PAIRS) -> torch.Tensor:
 def check_rotary_attention(encoder, pos: Positions, angles: torch.Tensor, layout: str, causal: bool = False):
     """Every layer of a 2-layer model attends with the rotary scores of ``angles`` (``[L, P]``, or ``[H, L, P]``
     per head): the angle of pair j at token n, as the paper assigns it."""
+    check_attention(encoder, pos, rotary_attention_scores(angles, layout), causal)
+
+
+def rotary_attention_scores(angles: torch.Tensor, layout: str):
+    """``scores(q, k)`` of queries and keys turned by ``angles`` (``[L, P]`` or ``[H, L, P]``)."""
     offset = angles[..., :, None, :] - angles[..., None, :, :]  # [(H,) Lq, Lk, P]
     factor = torch.polar(torch.ones_like(offset), offset)
 
@@ -52,7 +57,7 @@ def check_rotary_attention(encoder, pos: Positions, angles: torch.Tensor, layout
         pattern = "bhnj,bhmj,nmj->bhnm" if factor.dim() == 3 else "bhnj,bhmj,hnmj->bhnm"
         return torch.einsum(pattern, qc, kc.conj(), factor).real / math.sqrt(q.shape[-1])
 
-    check_attention(encoder, pos, scores, causal)
+    return scores
 
 
 def check_attention(encoder, pos: Positions, scores, causal: bool = False) -> None:
@@ -100,7 +105,8 @@ def test_rope2d_mixed_attends_with_each_heads_learned_frequencies(scale, layout,
     second half of the pairs a quarter turn further)."""
     torch.manual_seed(3)
     encoder = build_encoder("rope2d_mixed", dim=DIM, num_heads=HEADS, base=base, layout=layout)
-    fx, fy = encoder.freqs.detach().double()  # [H, P] each
+    assert encoder.freqs.shape[0] == 1  # without the model's depth: one set
+    fx, fy = encoder.freqs.detach().double()[0]  # [H, P] each
     magnitude = 1.0 / base ** (4.0 * torch.arange(HEAD_DIM // 4, dtype=torch.float64) / HEAD_DIM)
     torch.testing.assert_close(torch.hypot(fx, fy), torch.cat((magnitude, magnitude)).expand(HEADS, -1))
     direction = torch.atan2(fy, fx)
@@ -242,10 +248,11 @@ def expm(a: torch.Tensor) -> torch.Tensor:
     return total
 
 
-def liere_rotations(encoder, positions: torch.Tensor, divisors: list[float]) -> torch.Tensor:
+def liere_rotations(encoder, positions: torch.Tensor, divisors: list[float], layer: int = 0) -> torch.Tensor:
     """R(p) = exp(Σ_a (p_a / s_a)·A_a) per head, token and block, A = U − Uᵀ of the strict upper triangle of the
-    module's raw parameters as constructed (Ostmeier et al. 2024, §3; the reference's ``rope_vit.py``)."""
-    upper = torch.triu(encoder.raw.detach().double(), diagonal=1)
+    module's raw parameters as constructed, set ``layer`` (Ostmeier et al. 2024, §3; the reference's
+    ``rope_vit.py``)."""
+    upper = torch.triu(encoder.raw.detach().double()[layer], diagonal=1)
     generators = upper - upper.transpose(-1, -2)  # [heads, axes, blocks, b, b]
     scaled = positions / torch.tensor(divisors, dtype=torch.float64)  # [L, axes]
     summed = torch.einsum("la,haxij->hlxij", scaled, generators)
@@ -304,3 +311,35 @@ def test_the_written_out_exponential_is_a_rotation_and_matches_rope_for_a_2x2_ge
     generator = torch.tensor([[0.0, -theta], [theta, 0.0]], dtype=torch.float64)
     expected = torch.tensor([[math.cos(theta), -math.sin(theta)], [math.sin(theta), math.cos(theta)]])
     torch.testing.assert_close(expm(generator), expected.double())
+
+
+@pytest.mark.parametrize("name", ["liere", "rope2d_mixed"])
+def test_by_default_each_layer_turns_by_its_own_set_and_per_layer_false_shares_one(name):
+    """The references train one set per layer (LieRE's ``rotary_embedding_per_layer: True``; RoPE-Mixed's
+    frequencies per layer): with the model's depth in the context, layer i attends with set i; with
+    ``per_layer=false``, every layer with the one set."""
+    from poslab.encoders import build_encoder_in_context
+
+    context = {"grid_size": (3, 4), "depth": 2, "bidirectional": True}
+    pos, rows, cols = grid_2d(1.0)
+    for per_layer in (True, False):
+        torch.manual_seed(6)
+        encoder = build_encoder_in_context(name, dim=DIM, num_heads=HEADS, options={"per_layer": per_layer},
+                                           context=context)  # fmt: skip
+        sets = encoder.raw if name == "liere" else encoder.freqs
+        assert sets.shape[0] == (2 if per_layer else 1) and (not per_layer or not torch.equal(sets[0], sets[1]))
+        model = model_with(encoder, depth=2, causal=False)
+        torch.manual_seed(1)
+        x = torch.randn(2, len(rows), DIM)
+        for index, ((inputs, out), block) in enumerate(zip(recorded_attention(model, x, pos), model.blocks,
+                                                           strict=True)):  # fmt: skip
+            layer = index if per_layer else 0
+            if name == "liere":
+                rotations = liere_rotations(encoder, torch.stack((rows, cols), dim=-1), [2.0, 3.0], layer)
+                scores = liere_scores(rotations, HEAD_DIM)
+            else:
+                fx, fy = encoder.freqs.detach().double()[layer]
+                angles = cols[None, :, None] * fx[:, None, :] + rows[None, :, None] * fy[:, None, :]
+                scores = rotary_attention_scores(angles, "interleaved")
+            expected = attention_from_scores(block.attn, inputs, scores, False)
+            torch.testing.assert_close(out.double(), expected, rtol=2e-4, atol=2e-5, msg=f"layer {index}")

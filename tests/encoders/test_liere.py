@@ -26,8 +26,8 @@ def test_a_two_by_two_generator_is_the_rope_rotation_written_out():
     enc = build_encoder("liere", dim=2, num_heads=1, block_size=2, grid_size=(1, 1))
     with torch.no_grad():
         enc.raw.zero_()
-        enc.raw[0, 0, 0, 0, 1] = 0.7  # row axis
-        enc.raw[0, 1, 0, 0, 1] = 0.2  # col axis
+        enc.raw[0, 0, 0, 0, 0, 1] = 0.7  # row axis (set 0: one shared without the model's depth)
+        enc.raw[0, 0, 1, 0, 0, 1] = 0.2  # col axis
     x = torch.tensor([1.0, 0.5])
     for row, col in ((0, 0), (1, 0), (2, 3), (5, -1)):
         angle = -(0.7 * row + 0.2 * col)
@@ -72,8 +72,8 @@ def test_positions_are_scaled_as_the_reference_scales_them_or_by_the_grid(scale,
     assert compose(["encoder=liere"]).encoder.position_scale == "linspace"  # the reference's, by default
     with torch.no_grad():
         enc.raw.zero_()
-        enc.raw[0, 0, 0, 0, 1] = 0.7  # row axis
-        enc.raw[0, 1, 0, 0, 1] = 0.2  # col axis
+        enc.raw[0, 0, 0, 0, 0, 1] = 0.7  # row axis (set 0: one shared without the model's depth)
+        enc.raw[0, 0, 1, 0, 0, 1] = 0.2  # col axis
     x = torch.tensor([1.0, 0.5])
     reference_rows, reference_cols = torch.linspace(0, 1, 4), torch.linspace(0, 1, 3)
     for row, col in ((0, 0), (3, 2), (1, 2), (5, 4)):  # (5, 4): past the training grid
@@ -86,3 +86,15 @@ def test_positions_are_scaled_as_the_reference_scales_them_or_by_the_grid(scale,
             assert row / rows == pytest.approx(reference_rows[row].item()) and col / cols == pytest.approx(
                 reference_cols[col].item()
             )
+
+
+def test_the_defaults_are_the_references_training_settings():
+    """Dense generators, one set per head and per layer (the reference trains with
+    ``rotary_embedding_per_layer: True``), positions on the reference's linspace(0, 1, n)."""
+    import inspect
+
+    from poslab.encoders.liere import LieRE
+
+    defaults = {k: p.default for k, p in inspect.signature(LieRE).parameters.items() if k not in ("dim", "num_heads")}
+    assert defaults == {"block_size": None, "per_head": True, "grid_size": None, "position_scale": "linspace",
+                        "per_layer": True, "depth": None}  # fmt: skip

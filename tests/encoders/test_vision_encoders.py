@@ -176,7 +176,7 @@ def test_rope2d_mixed_init_matches_rope_vit():
 def test_rope2d_mixed_turns_pairs_by_col_times_fx_plus_row_times_fy():
     """Eq. 11: pair t of head h at (row r, col c) turns by c·f^x_{h,t} + r·f^y_{h,t} (interleaved pairs)."""
     enc = build_encoder("rope2d_mixed", dim=32, num_heads=2)
-    fx, fy = enc.freqs.detach()[0].double(), enc.freqs.detach()[1].double()  # [H, 8]
+    fx, fy = enc.freqs.detach()[0, 0].double(), enc.freqs.detach()[0, 1].double()  # [H, 8] of the one set
     coords = coords_of((0, 1), (1, 0), (2, 5))
     x = torch.tensor([1.0, 0.0]).repeat(8).expand(1, 2, 3, 16)  # every pair (1, 0): turns into (cos, sin)
     out = enc.rotate(x, coords).detach().double()[0]  # [H, L, 16]

@@ -21,6 +21,10 @@ reference's initialisation would turn each token by several radians. On
 another grid (m patches, raw coordinates) both go on past 1 at the training
 spacing, where the reference spreads m points over [0, m/n].
 
+One set of generators per layer by default, as the reference trains
+(``rotary_embedding_per_layer: True`` in its ``imagenet_224.yaml`` and
+``cifar100.yaml``); ``per_layer=false`` shares one set across the layers.
+
 ``liere`` reads ``coords`` (row, col: vision, video frames' cells);
 ``liere3d`` reads ``coords3d`` (frame, row, col: video).
 """
@@ -35,13 +39,14 @@ from torch import nn
 
 from poslab.config.ranges import OptionalCount, OptionalGrid
 from poslab.encoders.base import PositionEncoder
+from poslab.encoders.layer_views import LayerViews
 from poslab.encoders.registry import register_encoder
 from poslab.errors import ConfigError
 from poslab.nn.precision import full_precision
 
 
 @register_encoder("liere")
-class LieRE(PositionEncoder):
+class LieRE(LayerViews, PositionEncoder):
     paper = "Ostmeier et al. 2024"
     reads = "coords"
     axes = 2
@@ -54,9 +59,12 @@ class LieRE(PositionEncoder):
         per_head: bool = True,  # one set of generators per head (false: shared, as the reference's listing)
         grid_size: OptionalGrid = None,  # None: the training patch grid; positions are scaled by it
         position_scale: Literal["linspace", "extent"] = "linspace",  # i/(n-1), the reference's | i/n
+        per_layer: bool = True,  # one set of generators per layer, as the reference trains (false: one shared)
+        depth: OptionalCount = None,  # None: the model's depth (the data fills it); sets per_layer's count
     ) -> None:
         super().__init__(dim, num_heads)
         self.position_scale = position_scale
+        self.per_layer, self.sets = per_layer, (depth or 1) if per_layer else 1
         self.block_size = block_size or self.head_dim
         if self.head_dim % self.block_size or self.block_size < 2:
             raise ConfigError(f"{self.name}: block_size={block_size} must divide head_dim={self.head_dim} (≥ 2)")
@@ -67,7 +75,8 @@ class LieRE(PositionEncoder):
         self.register_buffer("scale", torch.tensor(divisors), persistent=False)
         heads = num_heads if per_head else 1
         blocks = self.head_dim // self.block_size
-        self.raw = nn.Parameter(torch.rand(heads, self.axes, blocks, self.block_size, self.block_size) * 2 * math.pi)
+        shape = (self.sets, heads, self.axes, blocks, self.block_size, self.block_size)
+        self.raw = nn.Parameter(torch.rand(*shape) * 2 * math.pi)
 
     def _extent(self, grid_size) -> tuple[float, ...]:
         if grid_size is None:
@@ -75,8 +84,9 @@ class LieRE(PositionEncoder):
         return tuple(float(g) for g in grid_size)
 
     def generators(self) -> torch.Tensor:
-        """Skew-symmetric ``[heads, axes, blocks, b, b]``: U − Uᵀ of the strict upper triangle."""
-        upper = self.raw.triu(diagonal=1)
+        """Skew-symmetric ``[heads, axes, blocks, b, b]`` of this layer's set: U − Uᵀ of the strict upper
+        triangle."""
+        upper = self.raw[self.layer].triu(diagonal=1)
         return upper - upper.transpose(-1, -2)
 
     def rotations(self, pos) -> torch.Tensor:
@@ -96,7 +106,7 @@ class LieRE(PositionEncoder):
         return out.flatten(-2).to(x.dtype)
 
     def extra_repr(self) -> str:
-        return f"{super().extra_repr()}, block_size={self.block_size}, per_head={self.per_head}"
+        return f"{super().extra_repr()}, block_size={self.block_size}, per_head={self.per_head}, sets={self.sets}"
 
 
 @register_encoder("liere3d")
@@ -114,11 +124,12 @@ class LieRE3D(LieRE):
         grid_size: OptionalGrid = None,  # None: the training patch grid
         frames: OptionalCount = None,  # None: the training clip's frame count; positions are scaled by grid and frames
         position_scale: Literal["linspace", "extent"] = "linspace",  # i/(n-1), the reference's | i/n
+        per_layer: bool = True,  # one set of generators per layer, as the reference trains
+        depth: OptionalCount = None,  # None: the model's depth (the data fills it)
     ) -> None:
         self._frames = frames
-        super().__init__(
-            dim, num_heads, block_size=block_size, per_head=per_head, grid_size=grid_size, position_scale=position_scale
-        )
+        super().__init__(dim, num_heads, block_size=block_size, per_head=per_head, grid_size=grid_size,
+                         position_scale=position_scale, per_layer=per_layer, depth=depth)  # fmt: skip
 
     def _extent(self, grid_size) -> tuple[float, ...]:
         if self._frames is None:
