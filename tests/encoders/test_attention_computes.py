@@ -358,6 +358,8 @@ INERT = {
     ("rnope", "max_len"): "the context the extensions extend from: training attention does not read it",
     ("rnope", "log_scale_base"): "a in the swan extension at evaluation: training attention does not read it",
     ("drope", "recalibrate"): "when training drops the rotation: a model at step 0 rotates (test_drope.py tries it)",
+    ("drope", "recalibrate_lr"): "the optimiser's rate after the drop, not attention (test_drope.py tries it)",
+    ("drope", "recalibrate_warmup"): "the optimiser's rate after the drop, not attention (test_drope.py tries it)",
     ("videorope", "grid_size"): "it centres every frame by one shift, which no score among video tokens sees",
     ("hope", "grid_size"): "it centres every frame by one shift, which no score among video tokens sees",
 }

@@ -46,3 +46,33 @@ def test_the_trainer_tells_it_each_steps_fraction_and_a_resumed_run_continues_th
     train(compose([*overrides, "trainer.max_steps=6", f"resume={summary['run_dir']}"]))
     assert seen == pytest.approx([4 / 6, 5 / 6])  # from the step it reached, on the new length
     assert torch.isfinite(torch.tensor(summary["metrics"]["test/loss"]))
+
+
+@pytest.mark.parametrize(("fraction", "factor"), [(0.0, None), (0.7499, None), (0.75, 0.0), (0.7625, 1.0), (0.8, 2.0),
+                                                  (0.99, 2.0)])  # fmt: skip
+def test_the_recalibration_warms_up_to_its_own_rate_then_holds_it(fraction, factor):
+    """The reference's recalibration (constant after a 10 % warmup): recalibrate 0.25 starts at 0.75, its warmup
+    is 0.1 of it (to 0.775), the rate 2 × optim.lr; before the drop the run's schedule (None)."""
+    encoder = build_encoder("drope", dim=DIM, num_heads=HEADS, recalibrate=0.25, recalibrate_lr=2.0)
+    got = encoder.learning_rate_factor(fraction)
+    assert got == (None if factor is None else pytest.approx(factor))
+    kept = build_encoder("drope", dim=DIM, num_heads=HEADS, recalibrate=0.25, recalibrate_lr=None)
+    assert kept.learning_rate_factor(fraction) is None  # null: the run's schedule throughout
+
+
+def test_a_run_recalibrates_at_its_own_rate_after_the_drop(tiny_text, monkeypatch):
+    """8 steps, the drop at step 4 (fraction 0.5), half the recalibration to warm up: the optimiser steps with
+    the one-cycle schedule's rates, then 0, ½, 1, 1 × optim.lr (the one-cycle rate there would be a few %)."""
+    rates: list[float] = []
+    original = torch.optim.AdamW.step
+
+    def step(self, *args, **kwargs):
+        rates.append(self.param_groups[0]["lr"])
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(torch.optim.AdamW, "step", step)
+    overrides = [*tiny_text, "encoder=drope", "encoder.recalibrate=0.5", "encoder.recalibrate_warmup=0.5",
+                 "optim.lr=0.001", "trainer.max_steps=8", "eval.multiples=[1]"]  # fmt: skip
+    train(compose(overrides))
+    assert rates[4:] == pytest.approx([0.0, 5e-4, 1e-3, 1e-3])
+    assert rates[:4] != pytest.approx([1e-3] * 4) and max(rates[:4]) <= 1e-3 + 1e-12  # the run's own schedule

@@ -205,6 +205,11 @@ class PositionEncoder(nn.Module):
         trainer's step, so a resumed run tells the same); default: ignored. For encoders that change
         during training (DroPE drops its rotation for the last part)."""
 
+    def learning_rate_factor(self, fraction: float) -> float | None:
+        """The learning rate this encoder asks for at ``fraction`` of training, as a multiple of ``optim.lr``;
+        default None: the run's schedule. For a phase with a schedule of its own (DroPE's recalibration)."""
+        return None
+
     def extended(self, kind: str, factor: float) -> PositionEncoder:
         """A copy that extends the context ``factor``-fold by ``kind``, for evaluation only."""
         raise NotImplementedError(f"encoder '{self.name}' has no context extension '{kind}'")

@@ -38,6 +38,10 @@ class MemberEncoder(PositionEncoder):
             dict.fromkeys(e for m in members.values() for e in m.length_driven_extensions)
         )
 
+    def learning_rate_factor(self, fraction: float) -> float | None:
+        """The first member's that asks for one."""
+        return next((f for m in self.members.values() if (f := m.learning_rate_factor(fraction)) is not None), None)
+
     def hooks(self) -> tuple[str, ...]:
         """The members' hooks: a composite of RoPE and a calendar table rotates and embeds but adds no bias,
         and computes no content bias unless a member does. Offsets-only biases reach the backbone through

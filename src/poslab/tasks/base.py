@@ -68,11 +68,18 @@ class PositionTask(L.LightningModule):
         return []
 
     def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
-        """Tell every encoder (a composite's members too) how far training has gone."""
+        """Tell every encoder (a composite's members too) how far training has gone; where the encoder asks
+        for a learning rate of its own (DroPE's recalibration), this step's optimiser takes it, in place of
+        the schedule's (set again before every step, so the schedule's own count is left as it is)."""
         fraction = self.global_step / max(1, self.trainer.estimated_stepping_batches)
         for module in self.encoder.modules():
             if isinstance(module, PositionEncoder):
                 module.train_progress(fraction)
+        factor = self.encoder.learning_rate_factor(fraction)
+        if factor is not None:
+            for optimizer in self.trainer.optimizers:
+                for group in optimizer.param_groups:
+                    group["lr"] = float(self.cfg["optim"]["lr"]) * factor
 
     #: What a schedule's saved state holds about its length: a resumed run keeps these from the schedule it
     #: builds for its own (possibly longer: ``trainer.max_steps`` raised) run, and the step it reached.
