@@ -73,3 +73,18 @@ def test_its_defaults_as_constructed():
     ]
     with pytest.raises(ConfigError, match="gemma3: window=None is a quarter of max_len"):
         build_encoder("gemma3", dim=DIM, num_heads=HEADS)
+
+
+def test_local_global_evaluates_gemma3_with_the_extension_gemma_3_ships():
+    """The experiment's length study extends gemma3 by positional interpolation of its global layers (factor 8
+    at 8x, the report's 32K -> 128K recipe) and states what it expects of it."""
+    from poslab.config.composition import compose
+    from poslab.encoders import build_encoder_in_context
+    from poslab.modalities.text.lengen import usable_extensions
+
+    cfg = compose(["experiment=local_global", "encoder=gemma3"])
+    options = {k: v for k, v in cfg.encoder.items() if k != "name"}
+    encoder = build_encoder_in_context("gemma3", dim=DIM, num_heads=HEADS, options=options,
+                                       context={"max_len": cfg.data.context})  # fmt: skip
+    assert "linear" in usable_extensions(encoder, list(cfg.eval.rope_scaling))
+    assert "gemma3: lengen/loss@8x/linear < lengen/loss@8x" in cfg.expect
