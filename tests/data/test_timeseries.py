@@ -149,3 +149,27 @@ def test_a_bad_csv_is_one_line_naming_the_line_and_the_problem(tmp_path, dates, 
     with pytest.raises(DataError, match=f"^{tmp_path / 's.csv'}, {message}") as caught:
         datamodule("data=csvfile", f"data.path={tmp_path / 's.csv'}")
     assert "\n" not in str(caught.value)
+
+
+def test_the_calendar_a_batch_carries_is_that_of_its_named_timestamps(fake_etth1, monkeypatch):
+    """ETTh1's first row is Friday 2016-07-01 00:00 (day 183 of a leap year): the first training window's
+    first step says so in every calendar field and GluonTS feature an encoder reads, its 31st step is Saturday
+    06:00 and its first target (lookback 96 h later) Tuesday 2016-07-05 00:00 — written out by hand, so a
+    calendar shifted by a day or an hour is caught."""
+    from poslab.positions.timestamps import calendar_fields, time_features
+
+    root, digest, _ = fake_etth1
+    monkeypatch.setitem(timeseries_sources.ETT_SHA256, "ETTh1", digest)
+    dm = datamodule("data=etth1", f"data.root={root}", "data.lookback=96", "data.horizon=24")
+    batch = dm.as_batch(tuple(t.unsqueeze(0) for t in dm.windows("train")[0]))
+    past, future = batch["pos_past"].times[0], batch["pos_future"].times[0]
+    named = {
+        (past, 0): {"year": 2016, "month": 7, "day": 1, "weekday": 4, "hour": 0, "minute": 0, "day_of_year": 183},
+        (past, 30): {"year": 2016, "month": 7, "day": 2, "weekday": 5, "hour": 6, "minute": 0, "day_of_year": 184},
+        (future, 0): {"year": 2016, "month": 7, "day": 5, "weekday": 1, "hour": 0, "minute": 0, "day_of_year": 187},
+    }
+    for (times, index), fields in named.items():
+        got = {k: int(v) for k, v in calendar_fields(times[index]).items()}
+        assert got == fields, (index, got)
+    features = time_features(past[:1], 3600)[0].tolist()  # hour/23, weekday/6, (day-1)/30, (doy-1)/365, - 0.5
+    assert features == pytest.approx([-0.5, 4 / 6 - 0.5, -0.5, 182 / 365 - 0.5], abs=1e-6)
