@@ -448,6 +448,8 @@ def test_an_interrupted_report_or_sweep_says_nothing_was_written_and_how_to_run_
         assert capsys.readouterr().err == (
             f"poslab: interrupted by SIGINT; nothing was written: run the same `poslab {argv[0]}` command again\n"
         )
+    monkeypatch.setattr("poslab.cli._dispatch", interrupted)  # `poslab` alone, signalled while it prints help
+    assert main([]) == 130 and capsys.readouterr().err == "poslab: interrupted by SIGINT\n"
 
 
 def test_compare_encoders_all_takes_every_fitting_encoder_and_more_after_it(monkeypatch):

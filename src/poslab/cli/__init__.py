@@ -140,7 +140,8 @@ def main(argv: Sequence[str] | None = None, flush: bool = False) -> int:
         with interrupts.handled():
             return _dispatch(argv)
     except RunInterrupted as exc:
-        again = f"; nothing was written: run the same `poslab {argv[0]}` command again" if argv[0] in WHOLE else ""
+        whole = argv[:1] and argv[0] in WHOLE  # (a signal while `poslab` alone prints its help: no command)
+        again = f"; nothing was written: run the same `poslab {argv[0]}` command again" if whole else ""
         print(f"poslab: {exc}{again}", file=sys.stderr)
         return exc.exit_code
     except PoslabError as exc:
