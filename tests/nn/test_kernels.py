@@ -250,3 +250,25 @@ def test_structure_mask_without_a_bias_keeps_the_causal_rule():
     mask = AttentionBias(causal=True, allowed=allowed).masked(4, 4, torch.device("cpu"))
     expected = torch.ones(4, 4, dtype=torch.bool).tril() & allowed
     assert torch.equal(mask, expected)
+
+
+@pytest.mark.skipif(not flex.AVAILABLE, reason="this torch has no FlexAttention")
+def test_flex_takes_tiles_that_fit_hopper_on_cuda_and_its_own_elsewhere(monkeypatch):
+    """Inductor built no kernel from FlexAttention's Hopper defaults at head size 64 (a 128 × 32 query × key
+    tile in 3 stages: 240 KiB of shared memory on a 227 KiB H200). On CUDA the tiles are smaller, and
+    divide the BlockMask's 128-wide blocks (FlexAttention refuses others); the CPU keeps its own."""
+    from types import SimpleNamespace
+
+    tiles = flex.kernel_options(SimpleNamespace(is_cuda=True))
+    assert tiles["BLOCK_M"] * tiles["BLOCK_N"] * tiles["num_stages"] < 128 * 32 * 3
+    assert 128 % tiles["BLOCK_M"] == 0 and 128 % tiles["BLOCK_N"] == 0
+    seen = []
+
+    def recorded(q, k, v, score_mod=None, block_mask=None, kernel_options=None):
+        seen.append(kernel_options)
+        return q
+
+    monkeypatch.setattr(flex, "flex_attention", recorded)
+    q = torch.randn(1, HEADS, 8, HEAD_DIM)
+    flex.flex_bias_attention(q, q, q, None, None, compiled=False)
+    assert seen == [None]

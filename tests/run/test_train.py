@@ -241,3 +241,21 @@ def test_a_nan_loss_stops_the_run_naming_the_step_and_keeps_earlier_checkpoints(
     last = torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=False)
     assert last["global_step"] == 2 and not (run_dir / "summary.json").exists()
     assert all(torch.isfinite(v).all() for v in last["state_dict"].values())
+
+
+def test_each_run_starts_with_none_of_dynamos_graphs(tiny):
+    """Runs in one process would add up the graphs of the one compiled FlexAttention past dynamo's recompile
+    limit, after which it runs unfused: a graph compiled before a run is compiled again after it."""
+    compiled = []
+
+    def counting(gm, example_inputs):
+        compiled.append(gm)
+        return gm.forward
+
+    doubled = torch.compile(lambda x: 2 * x, backend=counting)
+    doubled(torch.ones(3))
+    doubled(torch.ones(3))
+    assert len(compiled) == 1
+    train(compose(tiny))
+    doubled(torch.ones(3))
+    assert len(compiled) == 2

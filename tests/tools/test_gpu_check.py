@@ -71,11 +71,45 @@ def gpt2_small_on_cpu(sizes):
 
 @pytest.mark.slow
 def test_the_whole_dry_run_trains_every_case(capsys, monkeypatch):
-    """Without wandb, as on a GPU machine given only the wheels `make gpu-wheels` writes (W&B is off there)."""
+    """Without wandb, litdata or datasets, as on a GPU machine given only the wheels `make gpu-wheels` writes
+    (W&B is off there; the data are the embedded ones)."""
     import sys
 
-    monkeypatch.setitem(sys.modules, "wandb", None)  # `import wandb` raises ImportError
+    for lazy in ("wandb", "litdata", "datasets"):  # imported only where a run asks for them
+        monkeypatch.setitem(sys.modules, lazy, None)  # `import wandb` raises ImportError
     assert gpu_check.main(["--dry-run"]) == 0
     out = capsys.readouterr().out
     trained = [line for line in out.splitlines() if line.startswith("| train |")]
     assert len(trained) == len(gpu_check.TRAIN_CASES) and all(line.endswith("| ok |") for line in trained)
+
+
+def test_a_case_that_raises_is_one_failed_row_and_the_other_cases_still_run(capsys, monkeypatch):
+    """On the H200, Inductor refused FlexAttention's default tiles (an error whose message opens with a blank
+    line): the table still comes out, with that case failed in one line."""
+    real = gpu_check.gpt2_small
+
+    def refuses_alibi(name, *args, **kwargs):
+        if name == "alibi":
+            raise RuntimeError("\nNo valid triton configs. OutOfMemoryError: out of resource | Required: 245760")
+        return real(name, *args, **kwargs)
+
+    monkeypatch.setattr(gpu_check, "gpt2_small", refuses_alibi)
+    assert gpu_check.main(["--dry-run", "--only", "speed", "memory"]) == 1
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| speed") or
+            line.startswith("| memory")]  # fmt: skip
+    failed = [row for row in rows if row.endswith("| FAIL |")]
+    assert failed[0] == ("| speed | alibi L=64 B=2 | RuntimeError: No valid triton configs. OutOfMemoryError: out "
+                         "of resource / Required: 245760 | FAIL |")  # fmt: skip
+    assert all(row.startswith("| memory") and "alibi: RuntimeError" in row for row in failed[1:])
+    assert len(failed) == 1 + len(gpu_check.Sizes.dry_run().memory_lengths)
+    assert sum(row.endswith("| ok |") for row in rows) == len(gpu_check.SPEED_ENCODERS) - 1
+
+
+def test_a_part_that_raises_is_one_failed_row(capsys, monkeypatch):
+    def broken(sizes):
+        raise ValueError("the bias has no offsets")
+
+    monkeypatch.setattr(gpu_check, "memory_rows", broken)
+    assert gpu_check.main(["--dry-run", "--only", "memory"]) == 1
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| memory")]
+    assert rows == ["| memory | error | ValueError: the bias has no offsets | FAIL |"]

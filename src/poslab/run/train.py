@@ -58,6 +58,10 @@ def train(cfg: DictConfig) -> RunSummary:
     (:mod:`poslab.interrupts`)."""
     with interrupts.handled():
         started = time.perf_counter()
+        # Runs trained one after another in one process (`poslab compare`) add up dynamo's graphs of the one
+        # FlexAttention function; past its recompile limit (8) it runs unfused, every L x L score laid out
+        # (seen on an H200 by `make gpu-check`). Each run starts with none.
+        torch._dynamo.reset()
         check_accelerator(cfg)
         L.seed_everything(cfg.seed, workers=True, verbose=False)
         datamodule, task = build_parts(cfg)

@@ -109,7 +109,7 @@ def train_rows(sizes: Sizes, root: Path) -> list[Row]:
         try:
             summary = train(compose(overrides))
         except Exception as exc:  # the table says what failed; the other cases still run
-            rows.append(Row("train", f"{modality}/{encoder}", f"{type(exc).__name__}: {exc}".splitlines()[0], False))
+            rows.append(Row("train", f"{modality}/{encoder}", one_line(exc), False))
             continue
         losses = {k: v for k, v in summary["metrics"].items() if k.startswith(("train/", "val/", "test/"))
                   and k.endswith(("loss", "mse"))}  # fmt: skip
@@ -132,7 +132,11 @@ def flex_rows(sizes: Sizes) -> list[Row]:
     rows = []
     for name in bias_encoders():
         for dtype, tol in ((torch.float32, 1e-5), (torch.bfloat16, 1e-2)):
-            error = flex_error(name, dtype)
+            try:
+                error = flex_error(name, dtype)
+            except Exception as exc:  # the table says what failed; the other cases still run
+                rows.append(Row("flex", f"{name} {str(dtype)[6:]}", one_line(exc), False))
+                continue
             rows.append(Row("flex", f"{name} {str(dtype)[6:]}", f"max |Δ| {error:.2e} (tol {tol:g})", error <= tol))
     return rows
 
@@ -238,10 +242,15 @@ def speed_rows(sizes: Sizes, peak: float | None) -> list[Row]:
 
     rows, base = [], None
     for name in SPEED_ENCODERS:
-        step, model = gpt2_small(name, sizes, sizes.length, sizes.batch)
-        for _ in range(3):  # compile and warm up
-            step()
-        synchronize(sizes.device)
+        try:
+            step, model = gpt2_small(name, sizes, sizes.length, sizes.batch)
+            for _ in range(3):  # compile and warm up
+                step()
+            synchronize(sizes.device)
+        except Exception as exc:  # the table says what failed; the other cases still run
+            rows.append(Row("speed", f"{name} L={sizes.length} B={sizes.batch}", one_line(exc), False))
+            release(sizes.device)
+            continue
         if sizes.device == "cuda":
             torch.cuda.reset_peak_memory_stats()
         start = time.perf_counter()
@@ -269,16 +278,23 @@ def memory_rows(sizes: Sizes) -> list[Row]:
     for length in sizes.memory_lengths:
         peaks = {}
         for name in ("none", "alibi"):
-            step, model = gpt2_small(name, eager, length, 1)
-            step()
-            synchronize(sizes.device)
-            if sizes.device == "cuda":
-                torch.cuda.reset_peak_memory_stats()
-            step()
-            synchronize(sizes.device)
-            peaks[name] = torch.cuda.max_memory_allocated() / 2**30 if sizes.device == "cuda" else None
-            del step, model
+            try:
+                step, model = gpt2_small(name, eager, length, 1)
+                step()
+                synchronize(sizes.device)
+                if sizes.device == "cuda":
+                    torch.cuda.reset_peak_memory_stats()
+                step()
+                synchronize(sizes.device)
+                peaks[name] = torch.cuda.max_memory_allocated() / 2**30 if sizes.device == "cuda" else None
+                del step, model
+            except Exception as exc:  # the table says what failed; the other cases still run
+                peaks[name] = one_line(exc)
             release(sizes.device)
+        failed = [f"{name}: {peak}" for name, peak in peaks.items() if isinstance(peak, str)]
+        if failed:
+            rows.append(Row("memory", f"L={length} B=1", "; ".join(failed), False))
+            continue
         if peaks["none"] is None:
             rows.append(Row("memory", f"L={length} B=1", "- (peak memory is measured on CUDA only)", True))
             continue
@@ -286,6 +302,13 @@ def memory_rows(sizes: Sizes) -> list[Row]:
         value = f"none {peaks['none']:.2f} GiB, alibi {peaks['alibi']:.2f} GiB ({ratio:.2f}x)"
         rows.append(Row("memory", f"L={length} B=1", value, ratio <= 1.1))
     return rows
+
+
+def one_line(exc: BaseException) -> str:
+    """An error as one table cell: its type and the first line that says something (Inductor's errors open
+    with a blank line)."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    return f"{type(exc).__name__}: {lines[0] if lines else ''}".replace("|", "/")[:300]
 
 
 def release(device: str) -> None:
@@ -338,21 +361,27 @@ def main(argv: list[str] | None = None) -> int:
     wanted = args.only or ["train", "flex", "speed", "memory"]
     start = time.perf_counter()
     rows: list[Row] = []
+    done = 0
     with tempfile.TemporaryDirectory(prefix="poslab-gpu-check-") as root:
         for part in wanted:
             part_start = time.perf_counter()
             if part_start - start > budget:  # the table still comes out, with what did not run
                 rows.append(Row(part, "not run", f"the {budget:.0f} s budget was spent", False))
                 continue
-            if part == "train":
-                rows += train_rows(sizes, Path(root))
-            elif part == "flex":
-                rows += flex_rows(sizes)
-            elif part == "speed":
-                rows += speed_rows(sizes, peak)
-            else:
-                rows += memory_rows(sizes)
+            try:
+                if part == "train":
+                    rows += train_rows(sizes, Path(root))
+                elif part == "flex":
+                    rows += flex_rows(sizes)
+                elif part == "speed":
+                    rows += speed_rows(sizes, peak)
+                else:
+                    rows += memory_rows(sizes)
+            except Exception as exc:  # the table still comes out, with what broke
+                rows.append(Row(part, "error", one_line(exc), False))
             print(f"[gpu-check] {part} done in {time.perf_counter() - part_start:.0f} s", file=sys.stderr, flush=True)
+            print(table(rows[done:], f"[gpu-check] {part} so far:"), file=sys.stderr, flush=True)  # kept if killed
+            done = len(rows)
     header = (f"poslab gpu-check on {device}, torch {torch.__version__}, "
               f"{time.strftime('%Y-%m-%d')}, {time.perf_counter() - start:.0f} s; "
               f"MFU against {'-' if peak is None else f'{peak / 1e12:.0f}'} TFLOP/s bf16")  # fmt: skip

@@ -75,6 +75,17 @@ def allowed_block_mask(allowed: torch.Tensor, causal: bool):
 COMPILE_OPTIONS = {"dynamic": True}
 
 
+#: Tiles on CUDA. FlexAttention's defaults for Hopper at head size 64 (torch 2.11) ask for 240 KiB of
+#: shared memory in float32 and in bf16, over the H200's 227 KiB: "out of resource" when the kernel is
+#: built (measured by ``make gpu-check``). A 64 × 32 tile in two stages fits.
+CUDA_KERNEL_OPTIONS = {"BLOCK_M": 64, "BLOCK_N": 32, "num_stages": 2}
+
+
+def kernel_options(q: torch.Tensor) -> dict | None:
+    """The tiles for ``q``'s device (None: FlexAttention's own, on the CPU)."""
+    return CUDA_KERNEL_OPTIONS if q.is_cuda else None
+
+
 @functools.cache
 def _compiled():
     return torch.compile(flex_attention, **COMPILE_OPTIONS)
@@ -88,7 +99,8 @@ def flex_bias_attention(q, k, v, score_mod, block_mask, compiled: bool = True) -
     """
     # inside a compiled model, traced into its graph and fused with it (calling the compiled wrapper from
     # traced code would break the graph)
+    options = kernel_options(q)
     if not compiled or torch.compiler.is_compiling():
-        return flex_attention(q, k, v, score_mod=score_mod, block_mask=block_mask)
+        return flex_attention(q, k, v, score_mod=score_mod, block_mask=block_mask, kernel_options=options)
     with torch.compiler.set_stance("default"):
-        return _compiled()(q, k, v, score_mod=score_mod, block_mask=block_mask)
+        return _compiled()(q, k, v, score_mod=score_mod, block_mask=block_mask, kernel_options=options)
