@@ -16,6 +16,7 @@ import typing
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from poslab.config.ranges import range_of
 from poslab.encoders import (
@@ -310,6 +311,8 @@ TRIED: dict[tuple[str, str], list[typing.Any]] = {
     ("liere", "grid_size"): [(4, 4), (8, 2), (1, 1)],  # the position scale is per axis of the grid
     ("liere", "depth"): [None, 4],  # one set, or one per layer of the 4
     ("liere3d", "depth"): [None, 4],
+    ("comrope", "depth"): [None, 4],
+    ("comrope", "grid_size"): [(4, 4), (8, 2)],  # the position scale per axis
     ("rope2d_mixed", "depth"): [None, 4],
     ("liere3d", "block_size"): [None, 4],
     ("liere3d", "grid_size"): [(4, 4), (2, 8)],
@@ -324,6 +327,9 @@ TRIED: dict[tuple[str, str], list[typing.Any]] = {
     ("mrope", "sections"): [None, [4, 2, 2], [2, 2, 4]],  # None: Qwen2-VL's ratio, [2, 3, 3] of 8 pairs
     ("rope3d", "sections"): [None, [2, 3, 3], [3, 3, 2]],  # None: [4, 2, 2]
     ("rope", "scaling"): [None, {"type": "linear", "factor": 2.0}],
+    ("rope_clipped", "clip"): [None, 2],  # None: the 5 of 8 frequencies slower than the context of 64
+    ("rope_clipped", "max_len"): [64, 16],  # with clip None: 5 or 7 clipped
+    ("rope_clipped", "scaling"): [None, {"type": "linear", "factor": 2.0}],
     ("rope2d_golden", "grid_size"): [(4, 4), (8, 2)],  # the span the coordinates are normalised over
     ("rope2d_golden", "zero_freqs"): [0.0, 0.25],  # 2 of the 8 pairs still
     ("rope", "window"): [None, 4, 8],
@@ -347,6 +353,7 @@ ALONG: dict[tuple[str, str], dict[str, typing.Any]] = {
     ("xpos", "max_len"): {"blockwise": True},
     ("liere", "per_layer"): {"depth": 4},  # a set per layer of the 4, or one
     ("liere3d", "per_layer"): {"depth": 4},
+    ("comrope", "per_layer"): {"depth": 4},
     ("rope2d_mixed", "per_layer"): {"depth": 4},
 }
 
@@ -456,3 +463,30 @@ def test_every_value_of_every_option_changes_what_the_model_computes(name, optio
             assert not same(results[i], results[j]), (
                 f"{name}: {option}={values[i]!r} and {values[j]!r} compute the same"
             )
+
+
+# -- PoPE -------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("phase_bias", [True, False])
+def test_pope_attention_is_the_product_of_magnitudes_times_the_cosine_of_the_phase_offset(phase_bias):
+    """Gopalakrishnan et al. 2025, §3: Σ_c softplus(q_c)·softplus(k_c)·cos((m − n)θ_c + δ_hc) / √d, θ_c =
+    base^(−c/d), for a query at n and a key at m; δ set past its clamp [−2π, 0] on purpose in one channel."""
+    encoder = build_encoder("pope", dim=DIM, num_heads=HEADS, base=100.0, phase_bias=phase_bias)
+    d = DIM // HEADS
+    delta = torch.zeros(HEADS, d, dtype=torch.float64)
+    if phase_bias:
+        with torch.no_grad():
+            encoder.phase.copy_(-0.4 * torch.arange(HEADS * d).view(HEADS, d) / d)
+            encoder.phase[0, 0] = 1.5  # clamped to 0
+        delta = (-0.4 * torch.arange(HEADS * d).view(HEADS, d) / d).double()
+        delta[0, 0] = 0.0
+    theta = 100.0 ** (-torch.arange(d, dtype=torch.float64) / d)
+
+    def scores(q, k):
+        offset = (torch.arange(LENGTH)[None, :] - torch.arange(LENGTH)[:, None]).double()  # m − n
+        angle = offset[None, :, :, None] * theta + delta[:, None, None, :]  # [H, n, m, c]
+        magnitude = torch.einsum("bhnc,bhmc->bhnmc", F.softplus(q), F.softplus(k))
+        return (magnitude * angle.cos()).sum(-1) / math.sqrt(d)
+
+    check_layers(model_with(encoder), lambda _: scores, causal=True)

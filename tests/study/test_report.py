@@ -150,7 +150,7 @@ def test_compare_runs_the_modalitys_default_experiment_unless_one_is_given():
         assert plan(modality, None, 1, [])[0][2].experiment == named
     assert compose(["modality=text"]).compare_experiment == "alibi_extrapolation"  # as the README says
     text = sorted({e for e, _, _ in plan("text", None, 1, [])})
-    assert text == ["alibi", "fire", "kerple", "learned", "none", "rope", "sinusoidal", "xpos"]
+    assert text == ["alibi", "fire", "kerple", "learned", "none", "pope", "rope", "sinusoidal", "xpos"]
     assert plan("vision", None, 1, ["experiment=quadrant"])[0][2].experiment == "quadrant"
     plain = plan("vision", ["none"], 1, ["experiment=null"])[0][2]
     assert plain.experiment is None and list(plain.eval.image_sizes) == []

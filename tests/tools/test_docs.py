@@ -129,7 +129,7 @@ def test_verdicts_come_from_a_comparisons_whole_grid_and_name_it(tmp_path, monke
 
     monkeypatch.chdir(tmp_path)
     grid = plan("text", None, None, ["experiment=rope_extension"])
-    assert len(grid) == 6
+    assert len(grid) == 9  # rope, drope, rope_clipped × 3 seeds
 
     def write(cfg, tags, loss, created="2026-12-01T10:00:00"):
         config = to_dict(cfg)
@@ -150,7 +150,7 @@ def test_verdicts_come_from_a_comparisons_whole_grid_and_name_it(tmp_path, monke
     write(grid[0][2], [], 9.0, created="2026-12-02T10:00:00")  # a newer run of its own: not taken
     said = []
     record = docs.measured_verdicts("rope_extension", "text", list(expect), echo=said.append)
-    assert record["comparisons"] == ["C1", "C2"] and record["runs"] == 6
+    assert record["comparisons"] == ["C1", "C2"] and record["runs"] == 9
     (line,) = said
     assert line.startswith("poslab docs: rope_extension: ") and line.endswith("of comparison(s) C1, C2")
     made = [e for e in record["expectations"] if e["held"] is not None]

@@ -109,7 +109,8 @@ class PositionEncoder(nn.Module):
         return x
 
     def rotate(self, x: torch.Tensor, pos: Positions | torch.Tensor) -> torch.Tensor:
-        """Per-head queries or keys ``[B, H, L, Dh]`` -> same; default: unchanged."""
+        """Per-head queries or keys ``[B, H, L, Dh]`` -> ``[B, H, L, Dh']``, ``Dh'`` the same for both (``Dh``
+        but for an encoder that widens them, as PoPE's polar pairs); default: unchanged."""
         return x
 
     def rotate_query(self, x: torch.Tensor, pos: Positions | torch.Tensor) -> torch.Tensor:
