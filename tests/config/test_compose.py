@@ -154,7 +154,10 @@ def test_rope_scaling_is_set_key_by_key_from_the_command_line():
         (["data.image_size=big"], "config key 'data.image_size' expects int or null, got 'big'"),
         (["logger.mode=sometimes"], "expects one of 'auto', 'online', 'offline', 'disabled'"),
         (["data=imagenet"], "config key 'data.name' expects one of 'mnist5k', 'mnist', 'fashion_mnist', 'cifar10'"),
-        (["encoder=rope4d"], "unknown encoder 'rope4d' (did you mean 'rope2d'?); valid for vision: comrope, cope, fox,"),
+        (
+            ["encoder=rope4d"],
+            "unknown encoder 'rope4d' (did you mean 'rope2d'?); valid for vision: comrope, cope, fox,",
+        ),
         (["logger=mlflow"], "unknown logger 'mlflow'; valid: csv, none, tensorboard, wandb"),
         (["modality=no_such_modality"], "unknown modality 'no_such_modality'"),
         (["trainer.max_epochs"], "override 'trainer.max_epochs' is not key=value"),

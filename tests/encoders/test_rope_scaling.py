@@ -151,6 +151,7 @@ def test_rope_takes_both_from_its_config_and_the_length_study_applies_llama3():
     torch.testing.assert_close(extended.frequencies()[0], llama3_reference(10000.0, 16, 4.0, 64), rtol=1e-12, atol=0)
     assert list(compose(["modality=text", "eval.rope_scaling=[longrope]"]).eval.rope_scaling) == ["longrope"]
     with pytest.raises(
-        ConfigError, match="expects one of 'linear', 'ntk', 'dynamic', 'yarn', 'llama3', 'longrope', 'swan', got 'pi'"
+        ConfigError,
+        match="expects one of 'linear', 'ntk', 'dynamic', 'yarn', 'llama3', 'longrope', 'dca', 'swan', got 'pi'",
     ):
         compose(["modality=text", "eval.rope_scaling=[pi]"])

@@ -22,7 +22,9 @@ the offset m − n (tested, both layouts, against the complex form).
   (each also tried at evaluation by the length study; ``longrope``'s
   per-frequency factors searched there for each length on validation data,
   :mod:`poslab.encoders.longrope_search`); ``original_max_len`` null =
-  ``max_len``, the training context the data reports.
+  ``max_len``, the training context the data reports. At evaluation only,
+  ``dca``: the same frequencies read through Dual Chunk Attention
+  (:mod:`poslab.encoders.dual_chunk`).
 
 cos/sin come from float64 angles reduced modulo 2π, computed once per forward
 pass from the batch's own positions (every layer reuses them; the data module
@@ -40,6 +42,7 @@ import torch
 
 from poslab.config.ranges import Base, OptionalCount, PartOf1, ZeroToOne
 from poslab.encoders.base import PositionEncoder
+from poslab.encoders.dual_chunk import DualChunk
 from poslab.encoders.longrope_search import evolve
 from poslab.encoders.registry import register_encoder
 from poslab.encoders.rope_scaling import NEED_ORIGINAL, RopeScaling, scaled_frequencies
@@ -52,7 +55,7 @@ from poslab.positions import steps_end
 class RoPE(PositionEncoder):
     paper = "Su et al. 2021"
     reads = "steps"
-    context_extensions = ("linear", "ntk", "dynamic", "yarn", "llama3", "longrope")
+    context_extensions = ("linear", "ntk", "dynamic", "yarn", "llama3", "longrope", "dca")
     length_driven_extensions = ("dynamic",)
     searched_extensions = ("longrope",)
     #: The rules whose factors start LongRoPE's search (Ding et al. 2024, §3.2: PI, NTK and YaRN).
@@ -105,8 +108,14 @@ class RoPE(PositionEncoder):
     def length_dependent(self) -> bool:
         return self.scaling.type in self.length_driven_extensions
 
-    def extended(self, kind: str, factor: float) -> RoPE:
-        """A copy with a context extension, for evaluation past the training length."""
+    def extended(self, kind: str, factor: float) -> RoPE | DualChunk:
+        """A copy with a context extension, for evaluation past the training length (``dca``: the same
+        frequencies read through Dual Chunk Attention, which has no factor)."""
+        if kind == "dca":
+            context = self.scaling.original_max_len or self.max_len
+            if context is None:
+                raise ConfigError("rope's dca extension needs max_len (the training context)")
+            return DualChunk(self.frequencies()[0], self.layout, self.dim, self.num_heads, int(context))
         clone = copy.deepcopy(self)
         original = self.scaling.original_max_len or self.max_len
         clone.scaling = RopeScaling(
