@@ -61,6 +61,18 @@ def test_rope_score_peaks_at_distance_zero_and_follows_the_cosine_sum(capsys, tm
     assert max(score[1:]) < score[0]
 
 
+def test_pope_score_is_the_magnitudes_times_the_cosine_sum_as_attention_scales_it(capsys, tmp_path):
+    """Queries and keys of ones: softplus(1)² per channel, Σ_c cos(d·θ_c) over the d = 16 channels, / √16 (as
+    attention scales PoPE's scores, though its queries and keys are 32 wide); its phase bias starts at 0."""
+    out = str(tmp_path / "p.png")
+    numbers = show_json(capsys, "pope", "--dim", "32", "--heads", "2", "--length", "12", "--out", out)
+    score, head_dim = numbers["score_vs_distance"]["score"], 16
+    magnitude = math.log1p(math.e) ** 2
+    thetas = [10000 ** (-c / head_dim) for c in range(head_dim)]
+    for d in (0, 1, 11):
+        assert score[d] == pytest.approx(magnitude * sum(math.cos(t * d) for t in thetas) / 4.0, rel=1e-4)
+
+
 def test_alibi_bias_per_head_is_the_paper_slope_times_distance_with_the_future_blank(capsys, tmp_path):
     out = str(tmp_path / "a.png")
     numbers = show_json(capsys, "alibi", "--heads", "4", "--dim", "16", "--length", "6", "--out", out)

@@ -42,7 +42,8 @@ def position_similarity(
     if "rotate" in hooks:
         ones = torch.ones(1, encoder.num_heads, length, encoder.head_dim, device=device)
         queries, keys = encoder.rotate_query(ones, pos).float(), encoder.rotate_key(ones, pos).float()
-        scores += (queries @ keys.transpose(-1, -2) / math.sqrt(encoder.head_dim)).mean(dim=(0, 1))
+        # over the width attention divides by: the head size, or what an encoder widens queries to (PoPE)
+        scores += (queries @ keys.transpose(-1, -2) / math.sqrt(queries.shape[-1])).mean(dim=(0, 1))
     if "attention_bias" in hooks:
         bias = encoder.attention_bias(pos, pos)
         if bias is not None:

@@ -123,7 +123,7 @@ def describe(encoder: PositionEncoder, canvas: Canvas, modality: str = "") -> di
         ones = torch.ones(1, encoder.num_heads, length, encoder.head_dim)
         queries, keys = encoder.rotate_query(ones, pos).float(), encoder.rotate_key(ones, pos).float()
         # the query at the last position, keys d before it (as a causal model reads them)
-        score = (queries[:, :, -1:] * keys.flip(-2)).sum(-1) / math.sqrt(encoder.head_dim)
+        score = (queries[:, :, -1:] * keys.flip(-2)).sum(-1) / math.sqrt(queries.shape[-1])  # as attention scales
         out["score_vs_distance"] = {"distance": list(range(length)), "score": score.mean(dim=(0, 1)).tolist()}
     if "attention_bias" in hooks:
         bias = encoder.attention_bias(pos, pos)
