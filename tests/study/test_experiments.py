@@ -68,7 +68,7 @@ def test_a_sweep_is_the_comparison_grid_with_the_tasks_metric(capsys):
     from poslab.study.sweep import sweep_config
 
     vision = sweep_config("vision")
-    resolution = ["none", "sincos2d", "learned2d", "rope2d", "rope2d_mixed", "liere", "rope2d_golden"]
+    resolution = ["none", "sincos2d", "learned2d", "rope2d", "rope2d_mixed", "liere", "rope2d_golden", "comrope"]
     assert vision["parameters"]["encoder"]["values"] == resolution  # the experiment's grid
     assert sweep_config("vision", ["all"])["parameters"]["encoder"]["values"] == available_encoders("vision")
     assert vision["parameters"]["experiment"] == {"value": "resolution"}
