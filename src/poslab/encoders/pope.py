@@ -29,7 +29,7 @@ from torch import nn
 from poslab.config.ranges import Base
 from poslab.encoders.base import PositionEncoder
 from poslab.encoders.registry import register_encoder
-from poslab.encoders.rotary import rotation_angles
+from poslab.encoders.rotary import LastInputCache, rotation_angles
 
 #: Queries and keys twice as wide: 2^¼ on each restores the score over √d that attention's 1/√(2d) halves.
 WIDTH_CORRECTION = 2**0.25
@@ -52,6 +52,7 @@ class PoPE(PositionEncoder):
         exponent = torch.arange(self.head_dim, dtype=torch.float64) / self.head_dim
         self.register_buffer("inv_freq", base**-exponent, persistent=False)
         self.phase = nn.Parameter(torch.zeros(num_heads, self.head_dim)) if phase_bias else None
+        self._angles_of = LastInputCache()  # every layer's queries and keys turn by the same positions
 
     def _polar(self, x: torch.Tensor, angles: torch.Tensor | None, key: bool) -> torch.Tensor:
         """softplus(x)·(cos φ, sin φ) per channel, interleaved: ``[B, H, L, d] -> [B, H, L, 2d]``."""
@@ -62,15 +63,20 @@ class PoPE(PositionEncoder):
         polar = torch.stack((magnitude * phase.cos(), magnitude * phase.sin()), dim=-1).flatten(-2)
         return (polar * WIDTH_CORRECTION).to(x.dtype)
 
-    def _angles(self, pos) -> torch.Tensor:
-        angles = rotation_angles(self.field(pos), self.inv_freq)  # [L, d] or [B, L, d]
-        return angles.unsqueeze(-3) if angles.dim() == 3 else angles  # [B, 1, L, d]: over the heads
+    def _angles(self, pos, device) -> torch.Tensor:
+        """t·θ_c per token: ``[L, d]``, or ``[B, 1, L, d]`` for per-sample positions (over the heads)."""
+
+        def angles(steps):
+            turned = rotation_angles(steps.to(self.inv_freq.device), self.inv_freq).to(device)
+            return turned.unsqueeze(-3) if turned.dim() == 3 else turned
+
+        return self._angles_of.get(self.field(pos), angles, key=device)
 
     def rotate_query(self, x, pos):
-        return self._polar(x, self._angles(pos).to(x.device), key=False)
+        return self._polar(x, self._angles(pos, x.device), key=False)
 
     def rotate_key(self, x, pos):
-        return self._polar(x, self._angles(pos).to(x.device), key=True)
+        return self._polar(x, self._angles(pos, x.device), key=True)
 
     def rotate_tokens(self, hook, x, pos, prefix):
         """Tokens without a position are made polar too (phase 0), so that every key has the same width."""

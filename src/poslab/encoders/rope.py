@@ -111,13 +111,12 @@ class RoPE(PositionEncoder):
     def extended(self, kind: str, factor: float) -> RoPE | DualChunk:
         """A copy with a context extension, for evaluation past the training length (``dca``: the same
         frequencies read through Dual Chunk Attention, which has no factor)."""
-        if kind == "dca":
-            context = self.scaling.original_max_len or self.max_len
-            if context is None:
-                raise ConfigError("rope's dca extension needs max_len (the training context)")
-            return DualChunk(self.frequencies()[0], self.layout, self.dim, self.num_heads, int(context))
-        clone = copy.deepcopy(self)
         original = self.scaling.original_max_len or self.max_len
+        if kind == "dca":
+            if original is None:
+                raise ConfigError("rope's dca extension needs max_len (the training context)")
+            return DualChunk(self.frequencies()[0], self.layout, self.dim, self.num_heads, int(original))
+        clone = copy.deepcopy(self)
         clone.scaling = RopeScaling(
             **{**asdict(self.scaling), "type": kind, "factor": factor, "original_max_len": original}
         )
