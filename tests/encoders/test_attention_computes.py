@@ -367,6 +367,12 @@ INERT = {
     ("drope", "recalibrate"): "when training drops the rotation: a model at step 0 rotates (test_drope.py tries it)",
     ("drope", "recalibrate_lr"): "the optimiser's rate after the drop, not attention (test_drope.py tries it)",
     ("drope", "recalibrate_warmup"): "the optimiser's rate after the drop, not attention (test_drope.py tries it)",
+    ("longrope2", "max_len"): "where its searched factors take over: a model at step 0 has none (test_longrope2.py)",
+    ("longrope2", "factor"): "the length its factors are searched for: a model at step 0 has none (test_longrope2.py)",
+    ("longrope2", "extend"): "when training extends: a model at step 0 rotates as RoPE (test_longrope2.py tries it)",
+    ("longrope2", "short_share"): "which rows the extension trains on, not attention (test_longrope2.py tries it)",
+    ("longrope2", "extend_lr"): "the optimiser's rate in the extension, not attention (test_longrope2.py tries it)",
+    ("longrope2", "extend_warmup"): "the optimiser's rate in the extension, not attention (test_longrope2.py tries it)",
     ("videorope", "grid_size"): "it centres every frame by one shift, which no score among video tokens sees",
     ("hope", "grid_size"): "it centres every frame by one shift, which no score among video tokens sees",
 }

@@ -60,15 +60,22 @@ def test_available_encoders_are_the_registered_modules_sorted_and_filtered_by_mo
     assert [n for n in available_encoders() if n in declared] == sorted(declared)
     assert {p.stem for p in (config_dir() / "encoder").glob("*.yaml")} <= declared
     provided = {"text": {"steps"}, "vision": {"coords"}, "timeseries": {"steps", "times"}}  # what their data gives
+    offered = {"text": {"longer_rows"}, "vision": set(), "timeseries": set()}  # what their training does for one
     for modality, fields in provided.items():
-        fitting = [n for n in available_encoders() if encoder_class(n).reads in (None, *fields)]  # None: every one
+        fitting = [
+            n
+            for n in available_encoders()
+            if encoder_class(n).reads in (None, *fields) and set(encoder_class(n).needs) <= offered[modality]
+        ]  # reads None: every modality
         assert available_encoders(modality) == fitting, modality
+    assert "longrope2" in available_encoders("text") and "longrope2" not in available_encoders("timeseries")
     assert "rope2d" not in available_encoders("text") and "rope" not in VISION and "none" in VISION
     assert {"cyclic", "rope", "alibi"} <= set(available_encoders("timeseries"))
 
 
 def test_an_encoder_fits_every_modality_that_provides_what_it_reads(tmp_path, monkeypatch):
-    """A new modality whose data provides steps gets every 1D encoder, with no edit to any encoder."""
+    """A new modality whose data provides steps gets every 1D encoder that needs nothing more of its training,
+    with no edit to any encoder; one whose training offers longer rows gets LongRoPE2 too."""
     import shutil
 
     from poslab.config.files import config_dir
@@ -77,8 +84,12 @@ def test_an_encoder_fits_every_modality_that_provides_what_it_reads(tmp_path, mo
     shutil.copytree(config_dir(), configs)
     (configs / "modality" / "audio.yaml").write_text("positions: [steps]\n")
     monkeypatch.setenv("POSLAB_CONFIG_DIR", str(configs))
-    assert available_encoders("audio") == [n for n in available_encoders() if encoder_class(n).reads in (None, "steps")]
+    one_d = [n for n in available_encoders() if encoder_class(n).reads in (None, "steps")]
+    assert available_encoders("audio") == [n for n in one_d if not encoder_class(n).needs]
     assert "rope" in available_encoders("audio") and "sincos2d" not in available_encoders("audio")
+    assert "longrope2" not in available_encoders("audio")
+    (configs / "modality" / "speech.yaml").write_text("positions: [steps]\noffers: [longer_rows]\n")
+    assert available_encoders("speech") == one_d
 
 
 def test_unknown_encoder_lists_valid_names():

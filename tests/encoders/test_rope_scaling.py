@@ -152,6 +152,7 @@ def test_rope_takes_both_from_its_config_and_the_length_study_applies_llama3():
     assert list(compose(["modality=text", "eval.rope_scaling=[longrope]"]).eval.rope_scaling) == ["longrope"]
     with pytest.raises(
         ConfigError,
-        match="expects one of 'linear', 'ntk', 'dynamic', 'yarn', 'llama3', 'longrope', 'dca', 'swan', got 'pi'",
+        match="expects one of 'linear', 'ntk', 'dynamic', 'yarn', 'llama3', 'longrope', 'longrope2', 'dca', 'swan', "
+        "got 'pi'",
     ):
         compose(["modality=text", "eval.rope_scaling=[pi]"])

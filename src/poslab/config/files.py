@@ -37,15 +37,15 @@ def find_config(relative: str) -> Path | None:
     return next((d / relative for d in config_dirs() if (d / relative).is_file()), None)
 
 
-def modality_positions(modality: str) -> tuple[str, ...]:
-    """The ``Positions`` fields a modality's data provides (``positions:`` in its YAML)."""
+def modality_positions(modality: str, key: str = "positions") -> tuple[str, ...]:
+    """What a modality's YAML lists: the ``Positions`` fields its data provides, or what its training ``offers``."""
     path = find_config(f"modality/{modality}.yaml")
-    return _modality_positions(str(path)) if path else ()
+    return _modality_list(str(path), key) if path else ()
 
 
 @functools.cache
-def _modality_positions(path: str) -> tuple[str, ...]:
-    return tuple(OmegaConf.load(path).get("positions") or ())
+def _modality_list(path: str, key: str) -> tuple[str, ...]:
+    return tuple(OmegaConf.load(path).get(key) or ())
 
 
 def group_choices(group: str) -> list[str]:

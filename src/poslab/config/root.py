@@ -18,7 +18,7 @@ def root_schema(parts: Any, encoder: type) -> type:
         "Config",
         [
             ("modality", str, MISSING),
-            ("positions", list[str], field(default_factory=list)),  # set by the modality's YAML
+            *((key, list[str], field(default_factory=list)) for key in ("positions", "offers")),  # the modality's YAML
             ("experiment", Optional[str], MISSING),
             ("seed", Annotated[int, SEED], MISSING),
             ("expect", list[str], field(default_factory=list)),

@@ -59,6 +59,10 @@ HOOKS = (
 EXPLICIT_HOOKS = ("content_bias", "input_bias", "attention_logits", "attention_weights")
 #: Hooks that replace a step of attention rather than add to it: at most one member of a composite has each.
 REPLACING_HOOKS = ("attention_logits", "attention_weights")
+#: What a searched extension is scored by at its length: ``loss``, the mean loss of held-out windows;
+#: ``needle``, the loss of a needle's tokens asked for at the end of a window that states it at the start
+#: (LongRoPE2's needle-driven perplexity).
+SEARCH_OBJECTIVES = ("loss", "needle")
 #: Overriding any of these is using the ``rotate`` hook.
 ROTATE_HOOKS = ("rotate", "rotate_query", "rotate_key")
 
@@ -94,6 +98,9 @@ class PositionEncoder(nn.Module):
     #: Its query / key transform acts on the prefix tokens (a class token) too: one that reads no position but
     #: what attention sees (SSMax counts every key a query attends to). Others leave the prefix as it is.
     sees_prefix: ClassVar[bool] = False
+    #: What it needs from the modality's training besides the field it reads (``offers:`` in the modality's
+    #: YAML): ``longer_rows``, rows longer than the context for a phase of training (LongRoPE2's).
+    needs: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, dim: int, num_heads: int) -> None:
         super().__init__()
@@ -211,15 +218,41 @@ class PositionEncoder(nn.Module):
         default None: the run's schedule. For a phase with a schedule of its own (DroPE's recalibration)."""
         return None
 
+    def complete_from(self) -> float:
+        """The fraction of training from which the encoder is what evaluation will run (DroPE after its drop,
+        LongRoPE2 after its search); before it, no checkpoint is a candidate for the best. Default 0."""
+        return 0.0
+
+    def training_multiples(self) -> tuple[int, ...]:
+        """The lengths, in multiples of the training context, of the rows this encoder may train on
+        (:meth:`training_multiple`); default (1,): the data's rows."""
+        return (1,)
+
+    def training_multiple(self, step: int) -> int:
+        """Train optimiser step ``step`` on rows this many times the context (told after :meth:`train_progress`;
+        the task draws them, about as many tokens a step); default 1. For an extension fine-tuned at its
+        target length (LongRoPE2's mixed context windows)."""
+        return 1
+
+    def search_in_training(self) -> tuple[str, float] | None:
+        """(searched extension, factor) to search on the model as trained so far, before this training step; the
+        task runs it as the length study does and hands the result to :meth:`take_search`. Default None."""
+        return None
+
+    def take_search(self, result: SearchResult) -> None:
+        """Keep what :meth:`search_in_training`'s search found."""
+        raise NotImplementedError(f"encoder '{self.name}' searches nothing in training")
+
     def extended(self, kind: str, factor: float) -> PositionEncoder:
         """A copy that extends the context ``factor``-fold by ``kind``, for evaluation only."""
         raise NotImplementedError(f"encoder '{self.name}' has no context extension '{kind}'")
 
     def search_extension(
-        self, kind: str, factor: float, fitness: Callable[[PositionEncoder], float], budget: SearchBudget
+        self, kind: str, factor: float, fitness: Callable[..., float], budget: SearchBudget
     ) -> tuple[PositionEncoder, SearchResult]:
         """The copy extending the context ``factor``-fold by the searched extension ``kind`` whose settings
-        minimise ``fitness`` (the loss of the model with that copy in place), and what the search found."""
+        minimise ``fitness(copy, objective)`` (the model with that copy in place, scored by ``objective``:
+        :data:`SEARCH_OBJECTIVES`; the search names the one its method defines), and what the search found."""
         raise NotImplementedError(f"encoder '{self.name}' has no searched context extension '{kind}'")
 
     # -- helpers ------------------------------------------------------------
@@ -240,9 +273,10 @@ class PositionEncoder(nn.Module):
         return hook in cls.hooks()
 
     @classmethod
-    def fits(cls, provided: Collection[str]) -> bool:
-        """An encoder fits data that provides the field it reads (``none`` fits any)."""
-        return cls.reads is None or cls.reads in provided
+    def fits(cls, provided: Collection[str], offered: Collection[str] = ()) -> bool:
+        """An encoder fits data that provides the field it reads (``none`` fits any) and a modality whose
+        training offers what it :attr:`needs`."""
+        return (cls.reads is None or cls.reads in provided) and set(cls.needs) <= set(offered)
 
     def field(self, pos: Positions | torch.Tensor) -> torch.Tensor:
         """The tensor this encoder reads from ``pos``."""

@@ -42,6 +42,9 @@ class MemberEncoder(PositionEncoder):
         """The first member's that asks for one."""
         return next((f for m in self.members.values() if (f := m.learning_rate_factor(fraction)) is not None), None)
 
+    def complete_from(self) -> float:
+        return max(m.complete_from() for m in self.members.values())
+
     def hooks(self) -> tuple[str, ...]:
         """The members' hooks: a composite of RoPE and a calendar table rotates and embeds but adds no bias,
         and computes no content bias unless a member does. Offsets-only biases reach the backbone through
@@ -75,7 +78,10 @@ class MemberEncoder(PositionEncoder):
         def with_member(member: PositionEncoder) -> MemberEncoder:
             return self.with_members({**self.members, name: member})
 
-        found, result = self.members[name].search_extension(kind, factor, lambda m: fitness(with_member(m)), budget)
+        def scored(member: PositionEncoder, *objective: str) -> float:
+            return fitness(with_member(member), *objective)
+
+        found, result = self.members[name].search_extension(kind, factor, scored, budget)
         return with_member(found), result
 
 

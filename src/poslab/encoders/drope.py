@@ -56,6 +56,9 @@ class DroPE(RoPE):
         """No rotation: in the last ``recalibrate`` of training, and whenever the model is not training."""
         return not self.training or self.progress >= 1.0 - self.recalibrate
 
+    def complete_from(self) -> float:
+        return 1.0 - self.recalibrate
+
     def rotate(self, x, pos):
         return x if self.dropped else super().rotate(x, pos)
 

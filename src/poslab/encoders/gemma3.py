@@ -66,7 +66,10 @@ class Gemma3(RoPE):
             clone.global_layers = layers
             return clone
 
-        found, result = self.global_layers.search_extension(kind, factor, lambda g: fitness(with_global(g)), budget)
+        def scored(layers: RoPE, *objective: str) -> float:
+            return fitness(with_global(layers), *objective)
+
+        found, result = self.global_layers.search_extension(kind, factor, scored, budget)
         return with_global(found), result
 
     def extra_repr(self) -> str:

@@ -62,8 +62,9 @@ def available_encoders(modality: str | None = None) -> list[str]:
 
 
 def fits(cls: type[PositionEncoder], modality: str) -> bool:
-    """Whether the encoder fits ``modality``: its data provides the position field the encoder reads."""
-    return cls.fits(modality_positions(modality))
+    """Whether the encoder fits ``modality``: its data provides the position field the encoder reads, its
+    training what the encoder needs."""
+    return cls.fits(modality_positions(modality), modality_positions(modality, "offers"))
 
 
 #: ``rope+calendar``: a composite of registered encoders, applied in that order.
@@ -126,7 +127,8 @@ def encoder_class(name: str, modality: str | None = None) -> type[PositionEncode
     if modality is not None and not fits(cls, modality):
         fitting = [m for m in group_choices("modality") if fits(cls, m)]
         raise ConfigError(
-            f"encoder '{name}' does not fit modality '{modality}' (it reads positions.{cls.reads}: it fits "
+            f"encoder '{name}' does not fit modality '{modality}' (it reads positions.{cls.reads}"
+            f"{''.join(f', needs {n}' for n in cls.needs)}: it fits "
             f"{', '.join(fitting) or 'no modality'}); encoders for {modality}: "
             f"{', '.join(available_encoders(modality))}"
         )

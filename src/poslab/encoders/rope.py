@@ -21,6 +21,7 @@ the offset m − n (tested, both layouts, against the complex form).
   ``linear`` (PI), ``ntk``, ``dynamic``, ``yarn``, ``llama3`` and ``longrope``
   (each also tried at evaluation by the length study; ``longrope``'s
   per-frequency factors searched there for each length on validation data,
+  and as LongRoPE2 searches them, ``longrope2``:
   :mod:`poslab.encoders.longrope_search`); ``original_max_len`` null =
   ``max_len``, the training context the data reports. At evaluation only,
   ``dca``: the same frequencies read through Dual Chunk Attention
@@ -43,7 +44,7 @@ import torch
 from poslab.config.ranges import Base, OptionalCount, PartOf1, ZeroToOne
 from poslab.encoders.base import PositionEncoder
 from poslab.encoders.dual_chunk import DualChunk
-from poslab.encoders.longrope_search import evolve
+from poslab.encoders.longrope_search import CriticalSpace, FactorSpace, critical_dims, evolve
 from poslab.encoders.registry import register_encoder
 from poslab.encoders.rope_scaling import NEED_ORIGINAL, RopeScaling, scaled_frequencies
 from poslab.encoders.rotary import LastInputCache, Layout, apply_cos_sin, rotation_angles
@@ -55,9 +56,9 @@ from poslab.positions import steps_end
 class RoPE(PositionEncoder):
     paper = "Su et al. 2021"
     reads = "steps"
-    context_extensions = ("linear", "ntk", "dynamic", "yarn", "llama3", "longrope", "dca")
+    context_extensions = ("linear", "ntk", "dynamic", "yarn", "llama3", "longrope", "longrope2", "dca")
     length_driven_extensions = ("dynamic",)
-    searched_extensions = ("longrope",)
+    searched_extensions = ("longrope", "longrope2")
     #: The rules whose factors start LongRoPE's search (Ding et al. 2024, §3.2: PI, NTK and YaRN).
     SEARCH_START = ("linear", "ntk", "yarn", "llama3")
 
@@ -124,16 +125,36 @@ class RoPE(PositionEncoder):
         return clone
 
     def search_extension(self, kind, factor, fitness, budget):
-        """LongRoPE: the per-frequency factors λ_i (θ_i / λ_i, Ding et al. 2024, eq. 3) of lowest ``fitness``,
-        searched from the factors PI, NTK, YaRN and Llama 3.1's rule imply (θ_i / θ'_i)."""
+        """The per-frequency factors λ_i (θ_i / λ_i, Ding et al. 2024, eq. 3) of lowest ``fitness``, applied as
+        ``longrope`` is. ``longrope``: every λ_i searched, from the factors PI, NTK, YaRN and Llama 3.1's rule
+        imply (θ_i / θ'_i), scored by the loss. ``longrope2`` (Shang et al. 2025, §3.2): λ_i in [s, 2s] from a
+        critical dimension on, NTK below it, from each critical dimension of :func:`critical_dims` with every
+        searched λ_i = s, scored by the loss of needle tokens (the ``needle`` objective)."""
         if kind not in self.searched_extensions:
             return super().search_extension(kind, factor, fitness, budget)
+        return self.searched(kind, factor, fitness, budget)
+
+    def searched(self, kind, factor, fitness, budget):
+        """:meth:`search_extension`'s search, for a subclass that runs it other than as an extension."""
         original = self.frequencies()[0]
-        start = {
-            rule: torch.nan_to_num(original / self.extended(rule, factor).frequencies()[0], nan=1.0).tolist()
-            for rule in self.SEARCH_START
-        }  # p-RoPE's zeroed frequencies: 0 / 0, any factor does (1)
-        found = evolve(start, factor, lambda factors: fitness(self.with_long_factor(factor, factors)), budget)
+        if kind == "longrope2":
+            space = CriticalSpace.longrope2(factor, len(original))
+            trained = self.scaling.original_max_len or self.max_len
+            if trained is None:
+                raise ConfigError("rope's longrope2 extension needs max_len (the training context)")
+            low, high = critical_dims(self.base, self.rot_dim, int(trained))
+            start = {f"cd{cd}": space.start(cd) for cd in range(low, high + 1)}
+            objective = "needle"
+        else:
+            space = FactorSpace.longrope(factor)
+            start = {
+                rule: space.admissible(
+                    torch.nan_to_num(original / self.extended(rule, factor).frequencies()[0], nan=1.0).tolist()
+                )
+                for rule in self.SEARCH_START
+            }  # p-RoPE's zeroed frequencies: 0 / 0, any factor does (1)
+            objective = "loss"
+        found = evolve(start, space, lambda factors: fitness(self.with_long_factor(factor, factors), objective), budget)
         return self.with_long_factor(factor, found.factors), found
 
     def with_long_factor(self, factor: float, long_factor) -> RoPE:
@@ -155,6 +176,11 @@ class RoPE(PositionEncoder):
             self._freqs[key] = self.frequencies(seq_len, device)
         return self._freqs[key]
 
+    def length_key(self, pos, steps: torch.Tensor) -> int:
+        """The sequence length :meth:`frequencies` is told: dynamic NTK scales with it (the data's stated bound,
+        else the token count); 0 where the frequencies do not depend on it."""
+        return (steps_end(pos) or steps.shape[-1]) if self.scaling.type == "dynamic" else 0
+
     def _cos_sin(self, steps: torch.Tensor, seq_len: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
         inv_freq, factor = self._inverse_frequencies(seq_len, device)
         angles = rotation_angles(steps.to(device), inv_freq)
@@ -162,8 +188,7 @@ class RoPE(PositionEncoder):
 
     def rotate(self, x, pos):
         steps = self.field(pos)
-        # dynamic NTK scales with the sequence's length: the data's stated bound, else the token count
-        seq_len = (steps_end(pos) or steps.shape[-1]) if self.scaling.type == "dynamic" else 0
+        seq_len = self.length_key(pos, steps)
 
         def rows(s: torch.Tensor):
             cos, sin = self._cos_sin(s, seq_len, x.device)

@@ -160,7 +160,12 @@ def distributed(loader: Iterable, trainer: L.Trainer) -> Iterable:
 def run_probe(trainer: L.Trainer, model: nn.Module, probe: Probe) -> ProbeResult:
     """One ``trainer.test`` pass of ``probe``: its metrics as Lightning returns them, its buckets, or a note."""
     module = ProbePass(model, probe)
-    with probe.variant():
+    with contextlib.ExitStack() as stack:
+        try:
+            stack.enter_context(probe.variant())
+        except PoslabError as exc:  # the variant cannot be made (a searched extension without room for its data)
+            module.result.note = str(exc)
+            return module.result
         logged = trainer.test(module, dataloaders=distributed(probe.loader, trainer), verbose=False)
     interrupts.check("an end-of-run evaluation")  # a signal in its last batch
     result = module.result

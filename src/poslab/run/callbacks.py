@@ -67,6 +67,15 @@ class RunCheckpoint(ModelCheckpoint):
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(enable_version_counter=False, **kwargs)
 
+    def _save_topk_checkpoint(self, trainer, monitor_candidates) -> None:
+        """Not before the encoder is complete (:meth:`PositionEncoder.complete_from`): a best checkpoint from
+        before DroPE's drop or LongRoPE2's search would test a model the run does not deliver."""
+        encoder = getattr(trainer.lightning_module, "encoder", None)
+        start = encoder.complete_from() if encoder is not None else 0.0
+        if start and trainer.global_step <= start * trainer.estimated_stepping_batches:
+            return
+        super()._save_topk_checkpoint(trainer, monitor_candidates)
+
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         old, new = state_dict.get("dirpath"), self.dirpath
         if old and new and old != new:

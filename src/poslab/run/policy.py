@@ -42,6 +42,7 @@ POLICY = (
     KeyRule("resume", resume=True, computes=False),
     KeyRule("logger.*", computes=False),
     KeyRule("eval.ckpt", computes=False),
+    KeyRule("offers", computes=False),  # what the modality's training can do for an encoder that needs it
     KeyRule("expect", computes=False),
     KeyRule("compare_encoders", computes=False),
     KeyRule("compare_experiment", computes=False),

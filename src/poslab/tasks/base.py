@@ -8,6 +8,7 @@ import lightning as L
 from torch.distributed.fsdp.wrap import wrap
 
 from poslab.encoders import PositionEncoder, build_encoder_in_context
+from poslab.errors import ConfigError
 from poslab.nn.backbone import TransformerBlock
 from poslab.tasks.optimizers import configure
 
@@ -17,6 +18,9 @@ class PositionTask(L.LightningModule):
     arguments), set ``self.model`` (whose ``.backbone`` owns the encoder) and ``monitor``."""
 
     monitor: tuple[str, str] = ("val/loss", "min")  # what the best checkpoint is chosen by
+    #: Whether it trains a step on rows longer than the data's when the encoder asks
+    #: (:meth:`PositionEncoder.training_multiple`).
+    longer_rows: bool = False
 
     def __init__(self, cfg: dict[str, Any]) -> None:
         super().__init__()
@@ -66,6 +70,18 @@ class PositionTask(L.LightningModule):
         """End-of-run evaluations (:class:`poslab.evaluation.probes.Evaluation`), run after testing as
         Lightning test passes; ``cfg`` is this run's config (an evaluation of a checkpoint may differ)."""
         return []
+
+    def on_fit_start(self) -> None:
+        """An encoder that trains on longer rows needs a task that draws them, and must be the run's encoder (a
+        member of a combination would not be asked)."""
+        encoders = [m for m in self.encoder.modules() if isinstance(m, PositionEncoder)]
+        longer = [m for m in encoders if m.training_multiples() != (1,)]
+        if any(m is not self.encoder for m in longer):
+            raise ConfigError(f"encoder '{longer[0].name}' trains on rows longer than the context: use it as the run's "
+                              f"encoder, not within '{self.encoder.name}'")  # fmt: skip
+        if longer and not self.longer_rows:
+            raise ConfigError(f"encoder '{self.encoder.name}' trains on rows longer than the context, which the "
+                              f"{type(self).__name__} task does not draw")  # fmt: skip
 
     def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
         """Tell every encoder (a composite's members too) how far training has gone; where the encoder asks

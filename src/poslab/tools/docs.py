@@ -198,7 +198,7 @@ def verdict_mark(held: list[bool | None]) -> str:
 
 def encoder_block(verdicts: dict[str, Any]) -> str:
     # looked up once: each lookup scans the installed packages for plugins
-    positions = {m: modality_positions(m) for m in own_modalities()}
+    positions = {m: (modality_positions(m), modality_positions(m, "offers")) for m in own_modalities()}
     yamls = {p.stem: p for root in reversed(own_config_dirs()) for p in (root / "encoder").glob("*.yaml")}
     rows = []
     for name in own_encoders():
@@ -211,7 +211,7 @@ def encoder_block(verdicts: dict[str, Any]) -> str:
             values = OmegaConf.to_container(load_yaml(yamls[name]))
             defaults.update({k: v for k, v in values.items() if k not in ("defaults", "name")})
         shown = ", ".join(f"{k}={json.dumps(v, default=str)}" for k, v in defaults.items() if v is not None)
-        fits = [m for m, fields in positions.items() if cls.reads is None or cls.reads in fields]  # as cls.fits
+        fits = [m for m, (fields, offers) in positions.items() if cls.fits(fields, offers)]
         tested = []
         for experiment, record in verdicts.items():
             mine = [e["held"] for e in record.get("expectations", []) if e["encoder"].split("/")[0] == name]

@@ -26,6 +26,7 @@ class LengthGeneralization(Evaluation):
         self.extensions = list(eval_cfg["rope_scaling"])
         self.search_tokens = int(eval_cfg["search_tokens"])
         self.budget = SearchBudget(int(eval_cfg["search_population"]), int(eval_cfg["search_generations"]))
+        self.objective = str(eval_cfg["search_objective"])
         self.searched: dict[tuple[str, int], SearchResult] = {}
 
     def extended(self, trainer, task, step):
@@ -34,7 +35,7 @@ class LengthGeneralization(Evaluation):
             return task.encoder.extended(step.variant, step.factor)
         budget = replace(self.budget, seed=int(trainer.datamodule.seed))
         found, result = lengen.searched_extension(
-            trainer, task, step.variant, step.factor, step.multiple, budget, self.search_tokens
+            trainer, task, step.variant, step.factor, step.multiple, budget, self.search_tokens, self.objective
         )
         self.searched[(step.variant, step.multiple)] = result
         return found
@@ -96,16 +97,18 @@ class LengthGeneralization(Evaluation):
         self._searched_table(trainer, context)
 
     def _searched_table(self, trainer, context: int) -> None:
-        """What each searched extension found: its validation loss against its starting rules', its settings."""
+        """What each searched extension found: its validation score against its starting candidates', its
+        critical dimension (LongRoPE2's) and factors."""
         if not self.searched:
             return
-        starts = list(next(iter(self.searched.values())).start)
+        starts = list(dict.fromkeys(s for r in self.searched.values() for s in r.start))
         rows = [
-            [kind, m, m * context, r.fitness, *(r.start[s] for s in starts), r.evaluated, " ".join(map(str, r.factors))]
+            [kind, m, m * context, r.fitness, *(r.start.get(s) for s in starts), r.evaluated, r.critical_dim,
+             " ".join(map(str, r.factors))]
             for (kind, m), r in sorted(self.searched.items())
-        ]
+        ]  # fmt: skip
         columns = ["variant", "multiple", "length", "val_loss", *(f"val_loss_{s}" for s in starts), "evaluated"]
-        self.add_table(trainer, "lengen/searched", [*columns, "factors"], rows)
+        self.add_table(trainer, "lengen/searched", [*columns, "critical_dim", "factors"], rows)
 
     def _depth_heatmap(self, trainer, task, base, lengths, multiples) -> None:
         """Accuracy by answer depth x length (associative recall): the lost-in-the-middle picture."""

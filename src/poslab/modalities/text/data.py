@@ -32,6 +32,7 @@ from poslab.data.base import PositionDataModule
 from poslab.data.resumable import ResumableLoader
 from poslab.data.shards import Parts, check_shards, prepare_shards, read_manifest, streamed_loader
 from poslab.errors import ConfigError, DataError
+from poslab.modalities.text.needle import needle_items
 from poslab.modalities.text.passkey import passkey_items
 from poslab.modalities.text.sources import SOURCES
 from poslab.modalities.text.sources.streamed import StreamedSplits
@@ -280,6 +281,20 @@ class TextDataModule(PositionDataModule):
         windows = RandomWindows(self.splits["train"], self.context, self.cfg.batch_size, self.stream_seed())
         return self.resumable(ResumableLoader(windows, batch_size=None))
 
+    def long_windows(self, multiple: int, rows: int, step: int) -> torch.Tensor:
+        """``rows`` random training windows of ``multiple`` × the context (+ 1 for the targets), drawn from the
+        run's seed and ``step`` (a resumed run draws the same): the long rows of an encoder trained past the
+        context (:meth:`poslab.encoders.base.PositionEncoder.training_multiple`)."""
+        if self.cfg.stream:
+            raise ConfigError("training on rows longer than the context draws them from the training text in memory; "
+                              "set data.stream=false")  # fmt: skip
+        tokens, length = self.splits["train"], self.context * multiple
+        if len(tokens) <= length + 1:
+            raise DataError(f"training text has {len(tokens)} tokens, fewer than a row of {length}")
+        generator = torch.Generator().manual_seed(self.stream_seed() * 1_000_003 + step)
+        starts = torch.randint(0, len(tokens) - length - 1, (rows, 1), generator=generator)
+        return tokens[starts + torch.arange(length + 1)]
+
     def val_dataloader(self) -> DataLoader:
         return self.eval_loader(ContiguousWindows(self.held_out("val"), self.context), self.cfg.eval_batch_size)
 
@@ -315,6 +330,13 @@ class TextDataModule(PositionDataModule):
         count = max(1, min(tokens, len(validation) - 1) // length)
         batch = max(1, self.cfg.eval_batch_size // multiple)
         return self.eval_loader(ContiguousWindows(validation[: count * length + 1], length), batch)
+
+    def needle_loader(self, multiple: int, tokens: int) -> DataLoader:
+        """Needle prompts of ``multiple`` × the context on about ``tokens`` validation tokens (at least one
+        prompt, :mod:`poslab.modalities.text.needle`): what LongRoPE2's search is scored by."""
+        length = self.context * multiple
+        items = needle_items(self.vocab.ids, self.splits["val"], length, max(1, tokens // length), self.seed)
+        return self.eval_loader(items, max(1, self.cfg.eval_batch_size // multiple))
 
     def eval_loader(self, dataset: Dataset | list, batch_size: int | None) -> DataLoader:
         """An evaluation loader whose passes all draw the same sampled positions (see the module docstring)."""

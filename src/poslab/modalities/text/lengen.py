@@ -10,9 +10,10 @@ for an extension driven by the length itself (dynamic NTK), which keeps factor
 §3.3; Hugging Face's ``_compute_dynamic_ntk_parameters``) — and is scored as it
 runs in generation (:func:`as_generated`): scoring a whole window at once would
 scale every prediction for the window's length, i.e. make it NTK at factor m.
-A searched extension (LongRoPE's per-frequency factors) is first fitted at each
-length on validation windows of that length (:func:`searched_extension`), then
-scored on the test windows like the others. An encoder that cannot run at a
+A searched extension (LongRoPE's per-frequency factors, LongRoPE2's) is first fitted at
+each length on validation data of that length, scored as its search says: the loss of
+every token, or of a needle's (:func:`searched_extension`); then it is scored on the
+test windows like the others. An encoder that cannot run at a
 length (a learned table) records why.
 """
 
@@ -73,25 +74,50 @@ def encoder_swapped(backbone: nn.Module, encoder: PositionEncoder) -> Iterator[N
         backbone.encoder = original
 
 
+def answer_losses(losses: torch.Tensor, answer: torch.Tensor) -> torch.Tensor:
+    """The losses ``[B, L]`` of each row's last ``answer[b]`` targets (a needle prompt's needle), flat."""
+    length = losses.shape[1]
+    return losses[torch.arange(length, device=losses.device)[None] >= length - answer[:, None]]
+
+
 def searched_extension(
-    trainer, task, kind: str, factor: float, multiple: int, budget: SearchBudget, tokens: int
+    trainer, task, kind: str, factor: float, multiple: int, budget: SearchBudget, tokens: int, objective: str = "own"
 ) -> tuple[PositionEncoder, SearchResult]:
-    """The task encoder's searched extension ``kind`` at ``multiple`` × the context, its settings fitted to the
-    loss on about ``tokens`` validation tokens of that length (the model in eval mode, under the run's
-    precision). Every rank searches the same data from the same seed and takes rank 0's loss for each
-    candidate, so every rank takes the same path and finds the same settings (a GPU's last bits may differ)."""
+    """The task encoder's searched extension ``kind`` at ``multiple`` × the context, its settings fitted on about
+    ``tokens`` validation tokens of that length (the model in eval mode, under the run's precision), scored by
+    the objective the search names: ``loss``, the mean loss of validation windows; ``needle``, the loss of the
+    needle tokens of needle prompts (:mod:`poslab.modalities.text.needle`). Every rank searches the same data
+    from the same seed and takes rank 0's loss for each candidate, so every rank takes the same path and finds
+    the same settings (a GPU's last bits may differ). ``objective`` other than ``own`` scores every search by it."""
     from lightning.fabric.utilities.apply_func import move_data_to_device  # deferred: Lightning, ~7 s
 
     datamodule = trainer.datamodule
-    batches = [
-        datamodule.as_batch(move_data_to_device(item, task.device))
-        for item in datamodule.search_loader(multiple, tokens)
-    ]
+    batches: dict[str, list] = {}
 
-    def fitness(candidate: PositionEncoder) -> float:
+    def data(objective: str) -> list:
+        if objective not in batches:
+            if objective == "needle":
+                loader = datamodule.needle_loader(multiple, tokens)
+                batches[objective] = [
+                    {**datamodule.as_batch(move_data_to_device(ids, task.device)), "answer": answer.to(task.device)}
+                    for ids, answer in loader
+                ]
+            else:
+                loader = datamodule.search_loader(multiple, tokens)
+                batches[objective] = [datamodule.as_batch(move_data_to_device(item, task.device)) for item in loader]
+        return batches[objective]
+
+    def scored(batch: dict, objective: str) -> torch.Tensor:
+        losses = task.lengen_measure(batch, False, datamodule.context)["loss"]
+        return answer_losses(losses.view(batch["targets"].shape), batch["answer"]) if objective == "needle" else losses
+
+    forced = None if objective == "own" else objective
+
+    def fitness(candidate: PositionEncoder, objective: str = "loss") -> float:
+        objective = forced or objective
         interrupts.check("the search of a context extension")
         with encoder_swapped(task.backbone, candidate), trainer.precision_plugin.forward_context():
-            losses = [task.lengen_measure(batch, False, datamodule.context)["loss"].flatten() for batch in batches]
+            losses = [scored(batch, objective) for batch in data(objective)]
         return float(trainer.strategy.broadcast(torch.cat(losses).float().mean().item(), src=0))
 
     training = task.training

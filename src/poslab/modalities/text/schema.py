@@ -45,11 +45,14 @@ class TextEvalConfig(EvalConfig):
     rope_scaling: list[Extension] = field(  # type: ignore[valid-type]  # tried at evaluation where they apply
         default_factory=lambda: ["linear", "ntk", "dynamic", "yarn"]
     )
-    # Searched extensions (rope's longrope): searched per length on about search_tokens validation tokens,
+    # Searched extensions (rope's longrope, longrope2): searched per length on about search_tokens validation tokens,
     # search_population candidates and search_generations rounds of half as many new ones.
     search_population: Annotated[int, Range(2)] = 16
     search_generations: Annotated[int, Range(0)] = 6
     search_tokens: Annotated[int, AT_LEAST_1] = 8192
+    # What the searches are scored by: each its own (longrope: the loss of every token; longrope2: the loss of a
+    # needle's tokens), or loss / needle for all (LongRoPE2's Table 6 compares the two).
+    search_objective: Literal["own", "loss", "needle"] = "own"
     # data=flip_flop: writes this many times rarer than in training, at the training length (the sparse
     # test of Liu et al. 2023; 11 is their FFL(0.98)); logged as sparse/<metric>@<s>x.
     sparsity: Annotated[list[float], Range(1.0)] = field(default_factory=list)

@@ -103,6 +103,10 @@ class SequenceDataModule(TextDataModule):
         size = task_size(self.cfg.name, self.context * multiple, self.queries)
         return self.eval_loader(self.fixed_set(size, 3), None)
 
+    def long_windows(self, multiple: int, rows: int, step: int):
+        raise ConfigError(f"data={self.cfg.name} generates sequences of the training length: it has no rows "
+                          f"{multiple}x the context to train on (a corpus has)")  # fmt: skip
+
     def search_loader(self, multiple: int, tokens: int) -> DataLoader:
         """Sequences of ``multiple`` × the training size, about ``tokens`` tokens, from a seed of their own:
         what a searched extension is fitted on, apart from the sequences that score it."""

@@ -11,9 +11,10 @@ import torch.nn.functional as F
 from torchmetrics import MeanMetric
 
 from poslab.config.options import pick_options
+from poslab.encoders.longrope_search import SearchBudget
 from poslab.errors import ConfigError, DataError
 from poslab.modalities.text.generation import sample
-from poslab.modalities.text.lengen import as_generated
+from poslab.modalities.text.lengen import as_generated, searched_extension
 from poslab.modalities.text.model import CausalLM
 from poslab.modalities.text.tokenizers import CharTokenizer, Tokenizer
 from poslab.tasks.base import PositionTask
@@ -46,7 +47,45 @@ class LanguageModel(PositionTask):
         logits = self(batch["tokens"], batch["pos"])
         return F.cross_entropy(logits.flatten(0, 1), batch["targets"].flatten())
 
+    longer_rows = True
+
+    def on_fit_start(self) -> None:
+        """An encoder that trains on longer rows: the data must draw them (a corpus held in memory); fails here,
+        before training, where it cannot."""
+        super().on_fit_start()
+        datamodule = self.trainer.datamodule
+        for multiple in self.encoder.training_multiples():
+            if multiple > 1 and not hasattr(datamodule, "long_windows"):
+                raise ConfigError(f"encoder '{self.encoder.name}' trains on rows {multiple}x the context, which "
+                                  f"data={self.cfg['data']['name']} does not draw (a corpus does)")  # fmt: skip
+            if multiple > 1:
+                datamodule.long_windows(multiple, 1, 0)
+
+    def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
+        """Before the step, the search the encoder asks for (LongRoPE2's, as its extension starts), run as the
+        length study runs it: on ``eval.search_tokens`` validation tokens, ``eval.search_*``'s budget."""
+        super().on_train_batch_start(batch, batch_idx)
+        request = self.encoder.search_in_training()
+        if request is None:
+            return
+        kind, factor = request
+        evaluation = self.cfg["eval"]
+        budget = SearchBudget(int(evaluation["search_population"]), int(evaluation["search_generations"]),
+                              int(self.trainer.datamodule.seed))  # fmt: skip
+        tokens = int(evaluation["search_tokens"])
+        objective = str(evaluation["search_objective"])
+        _, result = searched_extension(self.trainer, self, kind, factor, round(factor), budget, tokens, objective)
+        self.encoder.take_search(result)
+        self.log_dict(
+            {"search/fitness": result.fitness, "search/evaluated": float(result.evaluated)}, rank_zero_only=True
+        )
+
     def training_step(self, batch, batch_idx):
+        multiple = self.encoder.training_multiple(self.global_step)
+        if multiple > 1:  # rows `multiple` times longer, as many tokens (LongRoPE2's long windows)
+            datamodule = self.trainer.datamodule
+            rows = max(1, batch["tokens"].shape[0] // multiple)
+            batch = datamodule.as_batch(datamodule.long_windows(multiple, rows, self.global_step).to(self.device), True)
         loss = self.loss(batch)
         self.log("train/loss", loss, on_step=True, on_epoch=False, batch_size=batch["tokens"].shape[0])
         return loss
