@@ -155,8 +155,13 @@ def accept_any_checksum(monkeypatch):
     hash. The checks themselves are tested on their own."""
 
     class AnyHash(str):
+        def __eq__(self, other) -> bool:  # `in` a file's accepted digests too
+            return True
+
         def __ne__(self, other) -> bool:
             return False
+
+        __hash__ = str.__hash__
 
     monkeypatch.setattr("poslab.data.downloads.sha256_of", lambda path: AnyHash("sample"))
     cifar = pytest.importorskip("torchvision.datasets.cifar")

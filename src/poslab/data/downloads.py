@@ -51,13 +51,18 @@ def dataset_package(module: str, dataset: str):
                         "(or pick another data.name)") from None  # fmt: skip
 
 
-def fetch(urls: str | Sequence[str], path: Path, sha256: str, download: bool = True, timeout: float = 60.0) -> Path:
-    """``path`` verified against ``sha256``; downloaded first when missing, trying each mirror in turn."""
+def fetch(
+    urls: str | Sequence[str], path: Path, sha256: str | Sequence[str], download: bool = True, timeout: float = 60.0
+) -> Path:
+    """``path`` verified against ``sha256`` (or any of several: one file's copies with LF and CRLF line ends);
+    downloaded first when missing, trying each mirror in turn."""
     path = Path(path)
     urls = [urls] if isinstance(urls, str) else list(urls)
+    accepted = (sha256,) if isinstance(sha256, str) else tuple(sha256)
+    sha256 = accepted[0]
     if path.exists():
         actual = sha256_of(path)
-        if actual != sha256:
+        if actual not in accepted:
             raise DataError(
                 f"{path} fails its checksum (sha256 {actual[:12]}…, expected {sha256[:12]}…); "
                 "delete it to download it again"
@@ -68,13 +73,13 @@ def fetch(urls: str | Sequence[str], path: Path, sha256: str, download: bool = T
     errors = []
     for url in urls:
         try:
-            return _download(url, path, sha256, timeout)
+            return _download(url, path, accepted, timeout)
         except DataError as exc:
             errors.append(str(exc))
     raise DataError("; ".join(errors))
 
 
-def _download(url: str, path: Path, sha256: str, timeout: float) -> Path:
+def _download(url: str, path: Path, accepted: tuple[str, ...], timeout: float) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".part")
     shareable(fd)
@@ -85,7 +90,7 @@ def _download(url: str, path: Path, sha256: str, timeout: float) -> Path:
             for chunk in iter(lambda: response.read(1 << 20), b""):
                 digest.update(chunk)
                 out.write(chunk)
-        if digest.hexdigest() != sha256:
+        if digest.hexdigest() not in accepted:
             raise DataError(f"download of {url} fails its checksum (sha256 {digest.hexdigest()[:12]}…)")
         os.replace(tmp, path)
     except DataError:

@@ -57,7 +57,8 @@ class Modality:
     returns a message for a rule across keys, or None.
 
     Report pieces, each a function of the report's groups of runs (see
-    :mod:`poslab.study.report`): ``report_tables`` -> Markdown lines,
+    :mod:`poslab.study.report`): ``report_tables`` -> Markdown lines, ``report_data`` -> ``{key: (columns,
+    rows)}`` tables the W&B comparison run logs,
     ``report_figures`` -> ``(file stem, caption, draw)`` triples where ``draw()``
     returns a figure or None, ``overlays`` -> ``{chart key: (title, x name,
     {label: {x: y}})}`` for the W&B comparison run.
@@ -79,6 +80,7 @@ class Modality:
     headline: tuple[str, ...] = ()  # metrics a report's table leads with, in order
     extra_prefixes: tuple[str, ...] = ()  # metric families the table also shows when runs report them
     report_tables: Ref = None
+    report_data: Ref = None
     report_figures: Ref = None
     overlays: Ref = None
     show: Ref = None

@@ -287,6 +287,12 @@ def overlay_series(groups) -> dict[str, tuple[str, str, dict[str, dict[int, floa
     return overlays(groups) if overlays else {}
 
 
+def modality_data(groups) -> dict[str, tuple[list[str], list[list]]]:
+    """table key -> (columns, rows): the modality's own tables for the W&B report run (``report_data``)."""
+    data = get_modality(groups[0].modality).piece("report_data") if groups else None
+    return data(groups) if data else {}
+
+
 def cfg_logs_to_wandb(cfg) -> bool:
     from poslab.track.loggers import resolve_wandb_mode  # deferred: matplotlib, ~0.8 s
 
@@ -401,6 +407,8 @@ def log_report_run(
             xname=xname,
         )
         run.log({key: chart})
+    for key, (columns, rows) in modality_data(groups).items():
+        run.log({key: wandb.Table(columns=columns, data=rows)})
     for png in sorted(report_dir.glob("*.png")) if report_dir else []:
         run.log({f"compare/figure/{png.stem}": wandb.Image(str(png))})
     run.log_artifact(report_artifact(compare_id, summaries, report_dir))

@@ -4,8 +4,9 @@ Files: ``sources/`` (datasets), ``data.py`` (windows and their timestamps),
 ``model.py`` (the forecaster's layouts), ``task.py`` (the forecasting task),
 ``baselines.py`` / ``probes.py`` + ``callbacks.py`` (baselines, error by
 horizon and weekday x hour, the irregular-sampling probe), ``report.py`` (its
-report figures), ``show.py`` (what ``poslab show`` draws), ``schema.py`` (its
-config keys). Config: ``configs/modality/timeseries.yaml``.
+report figures), ``protocol.py`` + ``published.csv`` (the long-term benchmark's
+table beside the published one), ``show.py`` (what ``poslab show`` draws),
+``schema.py`` (its config keys). Config: ``configs/modality/timeseries.yaml``.
 """
 
 from poslab.modalities import Modality, register_modality
@@ -34,6 +35,8 @@ MODALITY = register_modality(
             "extrap/mse@2xH",
             "extrap/mse@2xL",
         ),
+        report_tables="poslab.modalities.timeseries.protocol:tables",
+        report_data="poslab.modalities.timeseries.protocol:data",
         report_figures="poslab.modalities.timeseries.report:figures",
         overlays="poslab.modalities.timeseries.report:overlays",
         show="poslab.modalities.timeseries.show:canvas",
