@@ -275,6 +275,26 @@ def test_a_dataset_carries_its_own_defaults_below_the_experiment_and_the_command
     assert compose([]).data.val_size == 123  # the default dataset's own values too
 
 
+def test_an_experiments_per_data_entry_applies_to_its_dataset_below_the_command_line(tmp_path, monkeypatch):
+    """``per_data``: the values TSLib's script gives each file, for the dataset a run reads; the experiment's
+    own for the others; the command line above both; a name that is no dataset is one line."""
+    weather = compose(["experiment=tslib", "data=weather"])
+    assert (weather.model.depth, weather.trainer.max_epochs, weather.data.batch_size) == (2, 3, 32)
+    assert weather.compare_variants.h192 == ["data.horizon=192", "model.num_heads=16"]
+    assert weather.expect[0] == "best */mean: test/mse <= 1.05 * 0.259"
+    etth1 = compose(["experiment=tslib"])
+    assert (etth1.model.depth, etth1.trainer.max_epochs, etth1.compare_variants.h192[1]) == (1, 10, "model.num_heads=8")
+    assert compose(["experiment=tslib", "data=weather", "model.depth=5"]).model.depth == 5
+    assert "per_data" not in weather  # composed away: not a key of the run's config, nor of its hash
+    (tmp_path / "experiment").mkdir()
+    (tmp_path / "experiment" / "probe.yaml").write_text(
+        "defaults:\n  modality: timeseries\nper_data:\n  etth3: {model: {depth: 3}}\n"
+    )
+    monkeypatch.setenv("POSLAB_CONFIG_DIR", str(tmp_path))
+    with pytest.raises(ConfigError, match=r"per_data.etth3' expects one of 'taylor', 'etth1'.*did you mean 'etth"):
+        compose(["experiment=probe"])
+
+
 def steps_modalities() -> str:
     """The modalities whose data provides steps, as the fit errors list them."""
     from poslab.config.files import modality_positions

@@ -45,6 +45,34 @@ def test_the_gpt2_presets_have_gpt2s_parameter_count_on_its_vocabulary(preset, p
     assert sum(p.numel() for p in model.parameters()) == parameters
 
 
+def tslib_patchtst_parameters(d_model: int, d_ff: int, layers: int, lookback: int, horizon: int) -> int:
+    """TSLib's PatchTST (models/PatchTST.py, layers/Transformer_EncDec.py, layers/Embed.py), layer by layer:
+    the patch projection (16 -> d_model, no bias), per layer q/k/v/o and two 1x1 convolutions with biases and
+    two LayerNorms, a final BatchNorm, and the flatten head over (lookback - 16) / 8 + 2 patches."""
+    patches = (lookback - 16) // 8 + 2
+    layer = 4 * (d_model * d_model + d_model) + (d_model * d_ff + d_ff) + (d_ff * d_model + d_model) + 4 * d_model
+    return 16 * d_model + layers * layer + 2 * d_model + (d_model * patches * horizon + horizon)
+
+
+@pytest.mark.parametrize(("data", "horizon"), [("etth1", 96), ("etth1", 720), ("etth2", 336), ("traffic", 192)])
+def test_the_patchtst_preset_has_tslibs_parameters_at_each_files_settings(data, horizon):
+    """experiment=tslib's forecaster is TSLib's PatchTST at that file's script settings (ETTh2: 3 layers, Traffic:
+    2 layers with d_ff 512), less nothing and plus one bias: poslab's patch projection has one (d_model)."""
+    from poslab.modalities.timeseries.model import Forecaster
+
+    cfg = compose(["experiment=tslib", f"data={data}", f"data.horizon={horizon}", "encoder=sinusoidal"])
+    model = cfg.model
+    encoder = build_encoder_in_context("sinusoidal", dim=model.dim, num_heads=model.num_heads, options={}, context={})
+    with torch.device("meta"):
+        forecaster = Forecaster(
+            encoder, lookback=96, horizon=horizon, **pick_options(Forecaster, model, Forecaster.SUPPLIED)
+        )
+    d_ff = {"traffic": 512}.get(data, 2048)
+    layers = {"etth1": 1, "etth2": 3, "traffic": 2}[data]
+    expected = tslib_patchtst_parameters(512, d_ff, layers, 96, horizon) + 512
+    assert sum(p.numel() for p in forecaster.parameters()) == expected
+
+
 def test_gpt2s_initialisation_scales_the_residual_projections_and_ties_the_head():
     """Radford et al. (2019), sec. 2.3: residual layers' weights scaled by 1/sqrt(N), N = 2 x 6 layers."""
     torch.manual_seed(0)

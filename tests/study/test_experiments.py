@@ -20,29 +20,40 @@ from poslab.run.train import train
 from poslab.study.expectations import Expectation
 
 EXPERIMENTS = sorted(p.stem for p in (config_dir() / "experiment").glob("*.yaml"))
+#: Each experiment, and with each dataset its ``per_data`` gives its own values (TSLib's files): ``data=<name>``.
+SETTINGS = [
+    (name, *([f"data={data}"] if data else []))
+    for name in EXPERIMENTS
+    for data in [None, *(OmegaConf.load(config_dir() / "experiment" / f"{name}.yaml").get("per_data") or {})]
+]
 
 
-@pytest.mark.parametrize("name", EXPERIMENTS)
-def test_every_experiment_composes_and_its_expectations_parse(name):
-    cfg = compose([f"experiment={name}"])
+@pytest.mark.parametrize("setting", SETTINGS, ids=" ".join)
+def test_every_experiment_composes_and_its_expectations_parse(setting):
+    name, *data = setting
+    cfg = compose([f"experiment={name}", *data])
     assert cfg.experiment == name
     for text in cfg.expect:
         Expectation.parse(text)
 
 
-@pytest.mark.parametrize("name", EXPERIMENTS)
-def test_every_expectation_names_runs_of_its_experiments_grid(name):
+@pytest.mark.parametrize("setting", SETTINGS, ids=" ".join)
+def test_every_expectation_names_runs_of_its_experiments_grid(setting):
     """An encoder or variant an expectation names (either side, or excluded) is a label of the grid, or an
-    encoder with variants there: a typo would leave the expectation unchecked in every report."""
+    encoder with variants there (also as ``<encoder>/mean``): a typo would leave the expectation unchecked in
+    every report."""
     from poslab.study.compare import plan
 
-    cfg = compose([f"experiment={name}"])
+    name, *data = setting
+    cfg = compose([f"experiment={name}", *data])
     if not cfg.expect:
         pytest.skip(f"{name} states no expectation")
-    labels = {label for label, _, _ in plan(cfg.modality, None, 1, [f"experiment={name}"])}
-    known = labels | {label.split("/")[0] for label in labels}
+    labels = {label for label, _, _ in plan(cfg.modality, None, 1, [f"experiment={name}", *data])}
+    with_variants = {label.split("/")[0] for label in labels if "/" in label}
+    known = labels | {label.split("/")[0] for label in labels} | {f"{e}/mean" for e in with_variants}
     for text in cfg.expect:
         e = Expectation.parse(text)
+        assert not e.over_variants or with_variants, f"{text!r} averages variants; {name} has none"
         named = [*e.encoders, *e.excluded]
         if e.rhs_metric and ":" in e.rhs_metric:
             named.append(e.rhs_metric.split(":", 1)[0])
@@ -109,6 +120,15 @@ def test_expectations_check_numbers_ratios_and_other_encoders():
     assert but_one.applies_to("rnope") and not but_one.applies_to("rnope/swa")
     cross = Expectation.parse("cyclic: test/mse < rope:test/mse")
     assert cross.check({"test/mse": 0.1}, {"rope": {"test/mse": 0.2}})[0] is True
+    best = Expectation.parse("best */mean: test/mse <= 1.05 * 0.469")  # within 5 % of a published number
+    assert best.best and best.over_variants and best.rhs_metric is None and best.constant == pytest.approx(0.49245)
+    assert best.applies_to("rope/mean") and not best.applies_to("rope/h96") and not best.applies_to("rope")
+    assert best.check({"test/mse": 0.49})[0] is True and best.check({"test/mse": 0.4925})[0] is False
+    assert best.margin({"test/mse": 0.48}) == pytest.approx(0.01245)
+    assert (
+        Expectation.parse("rope: test/mse > 1.5 * none:test/mse").margin({"test/mse": 3}, {"none": {"test/mse": 1}})
+        == 1.5
+    )
     with pytest.raises(ConfigError, match="is not"):
         Expectation.parse("alibi loss is small")
 

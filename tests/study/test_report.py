@@ -15,7 +15,7 @@ from poslab.modalities.text import report as text_report
 from poslab.modalities.timeseries import report as timeseries_report
 from poslab.run.policy import config_hash
 from poslab.study import report_figures
-from poslab.study.compare import compare, plan
+from poslab.study.compare import compare, plan, wide_table
 from poslab.study.report import aggregate, build_report, check_expectations, find_summaries, group_runs
 from poslab.track.wandb_offline import read_offline_run
 
@@ -30,6 +30,45 @@ def fake_summary(root: Path, encoder: str, seed: int, metrics: dict, lr: float =
     return run
 
 
+def test_expectations_of_the_mean_over_variants_and_of_the_best_encoder(tmp_path):
+    """``<encoder>/mean`` is the mean of its variants' seed means (a benchmark's row, the mean over horizons),
+    not of its runs; ``best`` is one check, held when one encoder holds it, naming the widest margin."""
+    mse = {("rope", "h96"): [0.40, 0.42], ("rope", "h720"): [0.51], ("alibi", "h96"): [0.38],
+           ("alibi", "h720"): [0.50], ("none", "h96"): [0.6], ("none", "h720"): [0.7]}  # fmt: skip
+    stated = [
+        "best */mean: test/mse <= 1.05 * 0.44",
+        "best */mean: test/mse <= 0.43",
+        "alibi/mean: test/mse < rope/mean:test/mse",
+        "rope/mean: test/mse <= 0.45",
+        "rope: test/mse < 0.45",
+        "*-none/mean: test/mse < none/mean:test/mse",
+    ]
+    for (encoder, variant), values in mse.items():
+        for seed, value in enumerate(values):
+            run = fake_summary(tmp_path / variant, encoder, seed, {"test/mse": value}, lr=int(variant[1:]) * 1e-6)
+            payload = json.loads((run / "summary.json").read_text())
+            payload["config"] |= {"variant": variant, "expect": stated}
+            (run / "summary.json").write_text(json.dumps(payload))
+    groups = group_runs(find_summaries([tmp_path]))
+    assert sorted(g.label for g in groups) == sorted(f"{e}/{v}" for e, v in mse)
+    rows = [(label, held, detail) for text, label, held, detail in check_expectations(groups, stated)]
+    assert rows == [
+        ("alibi/mean", True, "0.4400 <= 0.4620"),
+        ("alibi/mean", False, "0.4400 <= 0.4300"),
+        ("alibi/mean", True, "0.4400 < 0.4600"),
+        ("rope/mean", False, "0.4600 <= 0.4500"),  # the runs' mean, 0.4433, would hold
+        ("rope/h720", False, "0.5100 < 0.4500"),  # an encoder's name covers its variants, not its mean
+        ("rope/h96", True, "0.4100 < 0.4500"),
+        ("alibi/mean", True, "0.4400 < 0.6500"),
+        ("rope/mean", True, "0.4600 < 0.6500"),
+    ]
+    header, table = wide_table(groups)  # W&B's table: a variant's row carries its encoder's mean's verdicts too
+    verdicts = {row[0]: row[header.index("expectations")] for row in table}
+    assert "rope/mean: test/mse <= 0.45: did not hold (0.4600 <= 0.4500)" in verdicts["rope/h720"]
+    assert "rope: test/mse < 0.45: held" in verdicts["rope/h96"] and "rope/mean" in verdicts["rope/h96"]
+    assert "rope/mean: test/mse <= 0.45" not in verdicts["alibi/h96"]
+
+
 def test_mean_and_std_over_seeds_are_exact():
     stat = aggregate([1.0, 2.0, 4.0])
     assert stat.mean == pytest.approx(7 / 3) and stat.std == pytest.approx(1.5275252316519468) and stat.n == 3
@@ -38,7 +77,7 @@ def test_mean_and_std_over_seeds_are_exact():
 
 
 def test_one_seed_has_no_standard_deviation_in_the_w_and_b_table_or_bars(tmp_path):
-    from poslab.study.compare import bar_series, wide_table
+    from poslab.study.compare import bar_series
 
     for seed, loss in ((0, 1.5), (1, 1.7)):
         fake_summary(tmp_path, "alibi", seed, {"val/loss": loss})

@@ -2,7 +2,7 @@
 (:mod:`~poslab.config.validation`). Later wins::
 
     train.yaml -> modality/<m>.yaml -> (the dataset's own values) -> model/<preset>.yaml, encoder/<e>.yaml,
-    logger/<l>.yaml, trainer/<t>.yaml -> experiment/<x>.yaml (and its encoder_options) -> key=value overrides
+    logger/<l>.yaml, trainer/<t>.yaml -> experiment/<x>.yaml (its per_data entry, its encoder_options) -> key=value
 
 A YAML's ``defaults:`` mapping selects groups (``encoder: sincos2d``); the command line selects one with
 ``group=name``, and ``data=mnist`` (a node with a ``name``) is short for ``data.name=mnist``.
@@ -13,15 +13,17 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+import typing
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from poslab.config.checks import check
 from poslab.config.files import config_dir, find_config, group_choices, load_yaml
 from poslab.config.validation import SIGNATURE_NODES, validate
 from poslab.data.sources import source_defaults
-from poslab.encoders.registry import available_encoders, encoder_class, encoder_schema, is_combination, members_of
+from poslab.encoders.registry import available_encoders, encoder_class, encoder_tuning, is_combination, members_of
 from poslab.errors import ConfigError, did_you_mean
 from poslab.modalities.registry import get_modality
 from poslab.run.policy import fixed_on_eval, rule
@@ -48,6 +50,7 @@ def _compose(overrides: list[str] | tuple[str, ...]) -> DictConfig:
     experiment = selections.get("experiment", chain[0].get("experiment"))
     exp_cfg = load_group("experiment", experiment) if experiment else OmegaConf.create()
     exp_defaults = _defaults(exp_cfg)
+    per_data = exp_cfg.pop("per_data", None) or {}  # dataset name -> the experiment's values for that dataset
     modality = selections.get("modality") or exp_defaults.get("modality") or chain[0].get("modality")
     if not modality:
         raise ConfigError("no modality selected; pass modality=<name>")
@@ -62,13 +65,16 @@ def _compose(overrides: list[str] | tuple[str, ...]) -> DictConfig:
     layers = [base, {"modality": modality, "experiment": experiment}, mod_cfg, preset, *nodes, exp_cfg]
     cfg = _with_values(OmegaConf.merge(*layers), values)
     dataset = source_defaults(modality, OmegaConf.select(cfg, "data.name", default=None))
+    for name in per_data:  # a name that is no dataset of the modality: one line naming the valid ones
+        check(name, typing.get_type_hints(get_modality(modality).data).get("name", Any), f"per_data.{name}")
+    own = per_data.get(OmegaConf.select(cfg, "data.name"), {})  # TSLib's settings differ file by file
     given = cfg.get("encoder_options")
     tuned = encoder_tuning(
         chosen["encoder"], OmegaConf.to_container(given) if OmegaConf.is_config(given) else given or {}
     )
-    if dataset or tuned:  # the dataset's own values above the modality's; an experiment's encoder options above
-        layers = [*layers[:3], {"data": dataset}, *layers[3:], {"encoder": tuned}]  # its YAMLs; the command line
-        cfg = _with_values(OmegaConf.merge(*layers), values)  # above both
+    if dataset or tuned or own:  # the dataset's own values above the modality's; an experiment's options for
+        layers = [*layers[:3], {"data": dataset}, *layers[3:], own, {"encoder": tuned}]  # the dataset, and for
+        cfg = _with_values(OmegaConf.merge(*layers), values)  # its encoder, above its YAMLs; the command line last
     if cfg.get("compare_encoders") == ALL_ENCODERS:  # `compare_encoders: all`, the list's one-word form
         cfg.compare_encoders = [ALL_ENCODERS]
     _check_explicit_options(cfg, values)
@@ -183,25 +189,6 @@ def _check_explicit_options(cfg: DictConfig, values: list[tuple[str, Any]]) -> N
             if sub.split(".")[0] in getattr(schema, "foreign", ()):
                 options = [f.name for f in dataclasses.fields(schema)]
                 raise ConfigError(f"'{key}' is not an option of {schema.label}; its options: {', '.join(options)}")
-
-
-def encoder_tuning(encoder: str, options: Any) -> dict[str, Any]:
-    """The ``encoder.*`` values ``encoder_options`` (encoder name -> its options) gives ``encoder``: its own
-    entry, or one per member of a composite or per-layer pattern (under the member's block). A name that is
-    no encoder, an option that none of its encoder has, or options that are not a mapping, is one line."""
-    if not isinstance(options, dict) or not all(isinstance(v, dict) for v in options.values()):
-        raise ConfigError(f"encoder_options must map encoder names to their options, got {options!r}")
-    known = available_encoders()
-    for name, given in options.items():
-        if name not in known:
-            raise ConfigError(f"encoder_options names no encoder '{name}'{did_you_mean(name, known)}")
-        valid = [f.name for f in dataclasses.fields(encoder_schema(name)) if f.name != "name"]
-        for key in set(given) - set(valid):  # checked whichever encoder runs: a typo for another one is found too
-            raise ConfigError(f"unknown config key 'encoder_options.{name}.{key}'{did_you_mean(key, valid)}; "
-                              f"{name}'s options: {', '.join(valid) or 'none'}")  # fmt: skip
-    if is_combination(encoder):
-        return {member: options[member] for member in members_of(encoder) if member in options}
-    return dict(options.get(encoder, {}))
 
 
 def recompose(stored: dict, overrides: list[str] | tuple[str, ...] = (), evaluating: bool = True) -> DictConfig:

@@ -7,6 +7,7 @@ every module of the package, so nothing else has to list it.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import inspect
 import pkgutil
@@ -212,3 +213,22 @@ def build_encoder_in_context(
         if key in accepted and filled.get(key) is None:
             filled[key] = value
     return _construct(name, dim, num_heads, filled)
+
+
+def encoder_tuning(encoder: str, options: Any) -> dict[str, Any]:
+    """The ``encoder.*`` values ``encoder_options`` (encoder name -> its options) gives ``encoder``: its own
+    entry, or one per member of a composite or per-layer pattern (under the member's block). A name that is
+    no encoder, an option that none of its encoder has, or options that are not a mapping, is one line."""
+    if not isinstance(options, dict) or not all(isinstance(v, dict) for v in options.values()):
+        raise ConfigError(f"encoder_options must map encoder names to their options, got {options!r}")
+    known = available_encoders()
+    for name, given in options.items():
+        if name not in known:
+            raise ConfigError(f"encoder_options names no encoder '{name}'{did_you_mean(name, known)}")
+        valid = [f.name for f in dataclasses.fields(encoder_schema(name)) if f.name != "name"]
+        for key in set(given) - set(valid):  # checked whichever encoder runs: a typo for another one is found too
+            raise ConfigError(f"unknown config key 'encoder_options.{name}.{key}'{did_you_mean(key, valid)}; "
+                              f"{name}'s options: {', '.join(valid) or 'none'}")  # fmt: skip
+    if is_combination(encoder):
+        return {member: options[member] for member in members_of(encoder) if member in options}
+    return dict(options.get(encoder, {}))

@@ -302,7 +302,7 @@ def cfg_logs_to_wandb(cfg) -> bool:
 def wide_table(groups) -> tuple[list[str], list[list[Any]]]:
     """A row per encoder (× variant): runs, parameters, step time, tokens/s and MFU, then mean / std / n of every
     metric the report shows (std empty for one seed: undefined), and whether the expectations that apply to it held
-    (True / False, None: one could not be checked)."""
+    (True / False, None: one could not be checked), those of its encoder's mean over the variants too."""
 
     columns = metric_columns(groups)
     verdicts: dict[str, list] = {}
@@ -318,7 +318,7 @@ def wide_table(groups) -> tuple[list[str], list[list[Any]]]:
         for c in columns:
             s = g.stat(c)
             row += [s.mean, s.std, s.n] if s is not None else [None, None, 0]
-        mine = verdicts.get(g.label, [])
+        mine = verdicts.get(g.label, []) + (verdicts.get(f"{g.encoder}/mean", []) if "/" in g.label else [])
         held = [h for _, h, _ in mine]
         row.append(None if not mine or None in held else all(held))
         row.append("; ".join(f"{text}: {'held' if h else 'not checked' if h is None else 'did not hold'} ({d})"

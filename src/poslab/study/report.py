@@ -24,7 +24,7 @@ from poslab.files import umask
 from poslab.modalities.registry import get_modality
 from poslab.run.policy import config_hash
 from poslab.study import report_figures
-from poslab.study.expectations import Expectation
+from poslab.study.expectations import Expectation, variant_means
 from poslab.track.summary import read_summary
 from poslab.track.tables import markdown_table
 
@@ -176,15 +176,19 @@ def check_expectations(
         newest = max((r for g in groups for r in g.runs), key=lambda r: str(r.get("created") or ""), default=None)
         stated = (newest["config"].get("expect") if newest is not None else None) or []
     means = {g.label: group_means(g) for g in groups}
+    means |= variant_means(means)
     rows = []
     for text in stated:
         expectation = Expectation.parse(text)
-        applying = [g for g in groups if expectation.applies_to(g.label)]
+        applying = [label for label in means if expectation.applies_to(label)]
         if not applying:
             rows.append((text, "—", None, f"not checked: no run of {text.split(':')[0].strip()} here"))
-        for g in applying:
-            held, detail = expectation.check(means[g.label], means)
-            rows.append((text, g.label, held, detail if held is not None else f"not checked: {detail}"))
+        if expectation.best and applying:  # one row: the encoder with the widest margin
+            scored = [(m, label) for label in applying if (m := expectation.margin(means[label], means)) is not None]
+            applying = [max(scored)[1]] if scored else applying[:1]
+        for label in applying:
+            held, detail = expectation.check(means[label], means)
+            rows.append((text, label, held, detail if held is not None else f"not checked: {detail}"))
     return rows
 
 
