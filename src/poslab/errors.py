@@ -71,9 +71,18 @@ def os_error_line(exc: OSError) -> str:
     return f"cannot use {exc.filename}: {cause[0].lower()}{cause[1:]}"
 
 
+def own_message(exc: BaseException) -> str:
+    """An exception's message. One raised in a data loader's worker comes back with the worker's traceback as its
+    message (PyTorch's ``ExceptionWrapper``): its own message is the last line's, after the type's name."""
+    text = str(exc).strip()
+    if text.startswith("Caught ") and "Original Traceback" in text:
+        return text.splitlines()[-1].split(": ", 1)[-1]
+    return text
+
+
 def first_line(exc: BaseException) -> str:
     """An exception's first line, or its type's name when it has no message (a 0-byte file, say)."""
-    text = str(exc).strip()
+    text = own_message(exc)
     return text.splitlines()[0] if text else type(exc).__name__
 
 

@@ -19,7 +19,7 @@ from poslab.cli.habits import (
     override_form,
     with_config_files,
 )
-from poslab.errors import ConfigError, PoslabError, RunInterrupted, os_error_line
+from poslab.errors import ConfigError, PoslabError, RunInterrupted, os_error_line, own_message
 from poslab.run import denormals
 from poslab.study.arguments import grid_help, parse_grid_arguments
 from poslab.study.dashboard import main as dashboard_main
@@ -145,7 +145,7 @@ def main(argv: Sequence[str] | None = None, flush: bool = False) -> int:
         print(f"poslab: {exc}{again}", file=sys.stderr)
         return exc.exit_code
     except PoslabError as exc:
-        print(f"poslab: error: {exc}", file=sys.stderr)
+        print(f"poslab: error: {own_message(exc)}", file=sys.stderr)
         return 2
     except OSError as exc:  # a full disk, a read-only mount, a file where a folder should be: path and cause
         print(f"poslab: error: {os_error_line(exc)}", file=sys.stderr)

@@ -1,9 +1,12 @@
-"""Vision data module: in-memory images, patch coordinates as positions.
+"""Vision data module: in-memory images (or a folder's files, decoded in the loader's workers), patch
+coordinates as positions.
 
 Batches leave the loader as ``(uint8 images, labels)``; normalisation,
 resizing to ``data.image_size`` and augmentation run batch-wise after the
 transfer to the device (so they run on the GPU when there is one), and the
-batch gains its :class:`~poslab.positions.Positions`.
+batch gains its :class:`~poslab.positions.Positions`. A folder's images are
+cropped to ``data.image_size`` (and augmented, in training) as they are
+decoded (:mod:`~poslab.modalities.vision.sources.folders`).
 """
 
 from __future__ import annotations
@@ -14,12 +17,13 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data import DataLoader, Dataset, TensorDataset
 
 from poslab.data.base import PositionDataModule
 from poslab.encoders.grid import grid_coordinates
 from poslab.errors import ConfigError
 from poslab.modalities.vision.sources import SOURCES, ImageSource
+from poslab.modalities.vision.sources.folders import DecodedImages, ImageFiles
 from poslab.positions import Positions
 
 
@@ -107,7 +111,9 @@ class VisionDataModule(PositionDataModule):
         # integer cells when raw or at the training size; rescaled elsewhere they are fractional
         integral = cfg.coords == "raw" or self.grid == self.train_grid
         self.coords_grid = self.grid if integral else None
-        self.splits: dict[str, TensorDataset] = {}
+        self.splits: dict[str, Dataset] = {}
+        self.classes = self.source.classes  # a folder's: known once it is read (setup)
+        self.decoded = False  # a folder's images: cropped and augmented as they are decoded
         self.mean = torch.tensor(self.source.mean).view(1, -1, 1, 1)
         self.std = torch.tensor(self.source.std).view(1, -1, 1, 1)
 
@@ -118,7 +124,7 @@ class VisionDataModule(PositionDataModule):
 
     @property
     def class_names(self) -> tuple[str, ...]:
-        return QUADRANTS if self.cfg.quadrant else self.source.classes
+        return QUADRANTS if self.cfg.quadrant else self.classes
 
     @property
     def channels(self) -> int:
@@ -151,12 +157,16 @@ class VisionDataModule(PositionDataModule):
 
     # -- Lightning hooks -------------------------------------------------------
     def prepare_data(self) -> None:
-        self.source.load(Path(self.cfg.root), self.cfg.download)
+        self.source.load(Path(self.cfg.root), self.cfg.download, self.cfg.path)
 
     def setup(self, stage: str | None = None) -> None:
         if self.splits:
             return
-        train_x, train_y, test_x, test_y = self.source.load(Path(self.cfg.root), False)
+        loaded = self.source.load(Path(self.cfg.root), False, self.cfg.path)
+        if isinstance(loaded, ImageFiles):
+            self.splits, self.classes, self.decoded = self._file_splits(loaded), loaded.classes, True
+            return
+        train_x, train_y, test_x, test_y = loaded
         order = torch.randperm(len(train_y), generator=torch.Generator().manual_seed(self.cfg.split_seed))
         train_x, train_y = train_x[order], train_y[order]
         n_val = self.cfg.val_size
@@ -176,6 +186,22 @@ class VisionDataModule(PositionDataModule):
         if self.cfg.quadrant:
             parts = {k: place_in_quadrants(x, self.cfg.split_seed + i) for i, (k, (x, _)) in enumerate(parts.items())}
         self.splits = {k: TensorDataset(x, y) for k, (x, y) in parts.items()}
+
+    def _file_splits(self, files: ImageFiles) -> dict[str, Dataset]:
+        """A folder's files as the splits, held out as the in-memory sets are (same seed, same counts)."""
+        if self.cfg.quadrant:
+            raise ConfigError("data.quadrant places in-memory images on a canvas; data=imagefolder reads files")
+        order = torch.randperm(len(files.train), generator=torch.Generator().manual_seed(self.cfg.split_seed))
+        train = [files.train[i] for i in order.tolist()]
+        n_val, n_test = self.cfg.val_size, self.cfg.test_size if files.test is None else 0
+        if n_val + n_test >= len(train):
+            raise ConfigError(
+                f"data.val_size + data.test_size = {n_val + n_test} leaves no training images out of {len(train)}"
+            )
+        test = files.test if files.test is not None else train[:n_test]
+        parts = {"train": train[n_test + n_val :], "val": train[n_test : n_test + n_val], "test": test}
+        augment = self.cfg.augment.enabled
+        return {k: DecodedImages(items, self.image_size, train=augment and k == "train") for k, items in parts.items()}
 
     def train_dataloader(self) -> DataLoader:
         workers = self.cfg.num_workers
@@ -213,6 +239,6 @@ class VisionDataModule(PositionDataModule):
         if x.shape[-1] != self.image_size or x.shape[-2] != self.image_size:
             x = F.interpolate(x, size=(self.image_size, self.image_size), mode="bilinear", antialias=True)
         aug = self.cfg.augment
-        if augment and aug.enabled:
+        if augment and aug.enabled and not self.decoded:  # a folder's were cropped at random when decoded
             x = random_affine(x, aug.rotate, aug.scale, aug.translate)
         return x

@@ -39,6 +39,7 @@ class AugmentConfig:
 class VisionDataConfig:
     name: Literal[tuple(SOURCES)] = "mnist5k"  # type: ignore[valid-type]  # mnist5k is embedded: no network
     root: str = "data"  # download / cache folder
+    path: Optional[str] = None  # data=imagefolder: the folder of class subfolders (train/ and val/, or the classes)
     image_size: Annotated[Optional[int], AT_LEAST_1] = (
         None  # None: the dataset's own size (28 for MNIST, 32 for CIFAR-10)
     )

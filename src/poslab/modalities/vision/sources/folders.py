@@ -1,0 +1,132 @@
+"""``imagefolder``: a folder of class subfolders, the ImageNet / torchvision layout, read file by file.
+
+``data.path=<dir>`` holds ``train/<class>/*`` and ``val/<class>/*`` (or ``test/``), or the class folders
+themselves (validation and test images are then held out of them by count, as for the other sources). Any
+format PIL reads. The pixels are not loaded here: each image is decoded, converted to RGB and cropped to
+``data.image_size`` in the data loader's worker processes when a batch needs it (``data.num_workers``), so a
+set larger than memory trains; the small built-in sets stay in memory, where a CPU epoch is faster.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset
+
+from poslab.errors import DataError
+from poslab.modalities.vision.sources import SAMPLES, SOURCES, ImageSource
+
+IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+#: DeiT / timm evaluate at ``image_size`` after resizing the short side to ``image_size / 0.875`` (256 for 224).
+CROP_FRACTION = 0.875
+
+
+@dataclass(frozen=True)
+class ImageFiles:
+    """What ``load_imagefolder`` returns instead of pixels: the class names and ``(file, label)`` pairs."""
+
+    classes: tuple[str, ...]
+    train: list[tuple[str, int]]
+    test: list[tuple[str, int]] | None  # None: no val/ or test/ folder; held out of train
+
+
+def image_suffixes() -> set[str]:
+    from PIL import Image  # deferred: PIL's plugins register their suffixes on import
+
+    return {s.lower() for s in Image.registered_extensions()}
+
+
+def scan(folder: Path) -> dict[str, list[Path]]:
+    """Class name -> its image files, sorted; an empty class folder, or none, is one line naming the folder."""
+    if not folder.is_dir():
+        raise DataError(f"{folder} is not a folder of class subfolders (data.path)")
+    suffixes = image_suffixes()
+    classes = {}
+    for sub in sorted(p for p in folder.iterdir() if p.is_dir() and not p.name.startswith(".")):
+        files = sorted(f for f in sub.rglob("*") if f.suffix.lower() in suffixes and f.is_file())
+        if not files:
+            raise DataError(f"{sub}: class folder holds no image ({', '.join(sorted(suffixes)[:6])}, ...)")
+        classes[sub.name] = files
+    if not classes:
+        raise DataError(f"{folder} holds no class subfolders: expected <class>/<image> (the ImageNet layout)")
+    return classes
+
+
+def load_imagefolder(root: Path, download: bool, path: str | None = None) -> ImageFiles:
+    """The files of ``path`` (``root`` is unused: nothing is downloaded or cached)."""
+    if not path:
+        raise DataError("data=imagefolder reads a folder of class subfolders: set data.path=<dir>")
+    base = Path(path).expanduser()
+    split = (base / "train").is_dir()
+    train = scan(base / "train" if split else base)
+    held = next((base / name for name in ("val", "test") if split and (base / name).is_dir()), None)
+    test = scan(held) if held else None
+    for name in sorted(set(test or ()) - set(train)):
+        raise DataError(f"{held / name}: class '{name}' is in {held.name}/ but not in train/")
+    classes = tuple(train)
+    index = {name: i for i, name in enumerate(classes)}
+
+    def pairs(found: dict[str, list[Path]]) -> list[tuple[str, int]]:
+        return [(str(f), index[name]) for name, files in found.items() for f in files]
+
+    return ImageFiles(classes, pairs(train), pairs(test) if test else None)
+
+
+class DecodedImages(Dataset):
+    """``(uint8 [3, size, size], label)`` per file, decoded when asked (in a loader worker). Training crops a
+    random area and flips (RandomResizedCrop, DeiT's scale 0.08-1); evaluation resizes the short side to
+    ``size / 0.875`` and takes the centre. A file PIL cannot read is one line naming it."""
+
+    def __init__(self, items: list[tuple[str, int]], size: int, train: bool) -> None:
+        from torchvision.transforms import v2  # deferred: torchvision, ~4.6 s
+
+        self.items, self.size = items, size
+        resize = [v2.RandomResizedCrop(size, scale=(0.08, 1.0), antialias=True), v2.RandomHorizontalFlip()]
+        if not train:
+            resize = [v2.Resize(round(size / CROP_FRACTION), antialias=True), v2.CenterCrop(size)]
+        self.transform = v2.Compose([v2.PILToTensor(), *resize])
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, int]:
+        from PIL import Image, UnidentifiedImageError  # deferred: imported once per worker
+
+        path, label = self.items[i]
+        try:
+            with Image.open(path) as image:
+                rgb = image.convert("RGB")  # grayscale, palette, CMYK: RGB, as torchvision's ImageFolder reads them
+        except (OSError, UnidentifiedImageError, ValueError) as exc:  # truncated, corrupt, not an image
+            raise DataError(
+                f"{path}: not a readable image ({str(exc).splitlines()[0] or type(exc).__name__})"
+            ) from None
+        return self.transform(rgb), label
+
+
+def sample_imagefolder(root: Path) -> list[str]:
+    """``train/`` and ``val/`` of three classes, PNG and JPEG, of mixed sizes and modes (as ImageNet's are)."""
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    base = root / "imagefolder"
+    for split, count in (("train", 8), ("val", 2)):
+        for c, name in enumerate(("ant", "bee", "cat")):
+            folder = base / split / name
+            folder.mkdir(parents=True, exist_ok=True)
+            for k in range(count):
+                size = (40 + 8 * k, 36 + 4 * c)
+                pixels = rng.integers(0, 255, (size[1], size[0], 3), dtype=np.uint8)
+                image = Image.fromarray(pixels).convert("L" if k == 1 else "RGB")
+                image.save(folder / f"{k}.{'jpg' if k % 2 else 'png'}")
+    return [f"data.path={base}", "data.image_size=32", "data.patch_size=8", "data.val_size=4"]
+
+
+SOURCES["imagefolder"] = ImageSource(
+    load_imagefolder, 3, 224, (), IMAGENET_MEAN, IMAGENET_STD,
+    defaults={"patch_size": 16, "num_workers": min(8, len(os.sched_getaffinity(0)))},  # decoding runs in workers
+)  # fmt: skip
+SAMPLES["imagefolder"] = sample_imagefolder

@@ -1,0 +1,134 @@
+"""``data=imagefolder``: a folder of class subfolders (the ImageNet layout), decoded in the loader's workers."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from poslab.config.composition import compose
+from poslab.data import build_datamodule
+from poslab.errors import DataError
+from poslab.modalities.vision.sources.folders import DecodedImages, load_imagefolder, sample_imagefolder
+from poslab.run.train import train
+
+
+@pytest.fixture
+def folder(tmp_path):
+    overrides = sample_imagefolder(tmp_path)
+    return tmp_path / "imagefolder", overrides
+
+
+def save(path, pixels):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    Image.fromarray(np.asarray(pixels, dtype=np.uint8)).save(path)
+
+
+def test_train_and_val_folders_are_the_training_and_test_images(folder, tiny):
+    path, overrides = folder
+    dm = build_datamodule(compose([*tiny, "data=imagefolder", *overrides, "data.num_workers=0"]))
+    dm.setup("fit")
+    assert dm.class_names == ("ant", "bee", "cat") and dm.model_facts() == {"num_classes": 3, "in_chans": 3}
+    assert [len(dm.splits[k]) for k in ("train", "val", "test")] == [20, 4, 6]  # 24 train images, 4 held out
+    assert sorted(dm.splits["test"].items) == sorted(
+        (str(p), ("ant", "bee", "cat").index(p.parent.name)) for p in (path / "val").rglob("*.*")
+    )
+    images, labels = next(iter(dm.train_dataloader()))
+    assert images.dtype == torch.uint8 and images.shape[1:] == (3, 32, 32) and labels.shape == images.shape[:1]
+    batch = dm.as_batch((images, labels), training=True)
+    assert batch["image"].shape == (len(labels), 3, 32, 32) and batch["pos"].coords.shape == (16, 2)
+
+
+def test_the_class_folders_alone_hold_out_test_images_by_count(folder, tiny):
+    path, overrides = folder
+    flat = path / "train"  # the class folders themselves: no train/ inside
+    dm = build_datamodule(compose([*tiny, "data=imagefolder", *overrides, f"data.path={flat}", "data.test_size=5"]))
+    dm.setup("fit")
+    assert [len(dm.splits[k]) for k in ("train", "val", "test")] == [15, 4, 5]
+    held = {item for k in ("train", "val", "test") for item in dm.splits[k].items}
+    assert len(held) == 24  # every file once
+
+
+def test_evaluation_resizes_the_short_side_and_takes_the_centre(tmp_path):
+    """DeiT's evaluation crop: short side to size / 0.875 (40 -> 37 for 32), then the centre 32 x 32. An 80-px
+    tall image, red above blue: 74 rows after the resize, rows 21-52 kept, the colours meeting at row 37."""
+    pixels = np.zeros((80, 40, 3), np.uint8)
+    pixels[:40, :, 0] = 255
+    pixels[40:, :, 2] = 255
+    save(tmp_path / "a.png", pixels)
+    save(tmp_path / "gray.png", np.full((40, 40), 77))
+    image, _ = DecodedImages([(str(tmp_path / "a.png"), 0)], 32, train=False)[0]
+    assert image.shape == (3, 32, 32) and image.dtype == torch.uint8
+    assert (image[0, :15] == 255).all() and (image[2, :15] == 0).all()
+    assert (image[0, 17:] == 0).all() and (image[2, 17:] == 255).all()
+    from torchvision.transforms.v2 import functional as tf
+
+    noise = np.random.default_rng(0).integers(0, 255, (50, 90, 3))
+    save(tmp_path / "noise.png", noise)
+    expected = tf.center_crop(tf.resize(torch.as_tensor(noise).permute(2, 0, 1).to(torch.uint8), 37), [32, 32])
+    assert torch.equal(DecodedImages([(str(tmp_path / "noise.png"), 0)], 32, train=False)[0][0], expected)
+    gray, _ = DecodedImages([(str(tmp_path / "gray.png"), 0)], 32, train=False)[0]
+    assert (gray == 77).all()  # grayscale read as RGB: three equal channels
+    torch.manual_seed(0)
+    crops = [DecodedImages([(str(tmp_path / "a.png"), 0)], 32, train=True)[0][0] for _ in range(8)]
+    assert all(c.shape == (3, 32, 32) for c in crops) and len({c[0].float().mean().item() for c in crops}) > 1
+
+
+@pytest.mark.parametrize(
+    ("layout", "message"),
+    [
+        ({"train/ant/0.png": 1, "train/bee/x.txt": 0}, r"train/bee: class folder holds no image"),
+        ({"train/ant/0.png": 1, "val/ant/0.png": 1, "val/cow/0.png": 1}, r"val/cow: class 'cow' is in val/ but not"),
+        ({"readme.txt": 0}, r"holds no class subfolders"),
+    ],
+)
+def test_a_bad_folder_is_one_line_naming_it(tmp_path, layout, message):
+    for name, is_image in layout.items():
+        if is_image:
+            save(tmp_path / name, np.zeros((8, 8, 3)))
+        else:
+            (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+            (tmp_path / name).write_text("not an image")
+    with pytest.raises(DataError, match=message) as caught:
+        load_imagefolder(tmp_path, False, str(tmp_path))
+    assert "\n" not in str(caught.value)
+    with pytest.raises(DataError, match="set data.path=<dir>"):
+        load_imagefolder(tmp_path, False, None)
+
+
+def test_an_unreadable_image_stops_the_run_with_one_line_naming_it(folder, tmp_path):
+    """Decoded in a worker process: PyTorch re-raises its error with the worker's traceback; the command
+    prints the image's own line and exits 2."""
+    path, overrides = folder
+    bad = path / "train" / "bee" / "3.jpg"
+    bad.write_bytes(bad.read_bytes()[:200])  # truncated
+    (path / "train" / "cat" / "9.png").write_bytes(b"\x89PNG but not one")  # corrupt
+    with pytest.raises(DataError, match=r"9.png: not a readable image"):
+        DecodedImages([(str(path / "train" / "cat" / "9.png"), 0)], 32, train=False)[0]
+    with pytest.raises(DataError, match=r"3.jpg: not a readable image"):
+        DecodedImages([(str(bad), 0)], 32, train=False)[0]
+    args = ["modality=vision", "data=imagefolder", *overrides, "data.num_workers=1", "data.val_size=2",
+            "model.dim=16", "model.depth=1", "model.num_heads=2", "trainer.max_epochs=1", "logger=none",
+            f"run.root={tmp_path / 'runs'}", "trainer.enable_progress_bar=false"]  # fmt: skip
+    done = subprocess.run([sys.executable, "-m", "poslab", "train", *args], capture_output=True, text=True)
+    assert done.returncode == 2, done.stderr[-2000:]
+    errors = [line for line in done.stderr.splitlines() if line.startswith("poslab: error:")]
+    assert len(errors) == 1 and "not a readable image" in errors[0], done.stderr[-2000:]
+    assert errors[0].split("poslab: error: ")[1].startswith(str(path / "train"))
+
+
+def test_a_folder_trains_end_to_end_with_workers(folder, tiny):
+    """Trained, tested, and probed at another resolution (the test images decoded at 48 px: a 6 x 6 grid)."""
+    path, overrides = folder
+    cfg = compose(
+        [*tiny, "data=imagefolder", *overrides, "data.num_workers=2", "model.dim=16", "eval.image_sizes=[48]"]
+    )
+    summary = train(cfg)
+    assert summary["config"]["data"]["path"] == str(path)
+    metrics = summary["metrics"]
+    assert 0.0 <= metrics["test/acc"] <= 1.0 and np.isfinite(metrics["test/loss"])
+    assert {"resolution/acc@48/raw", "resolution/acc@48/rescaled"} <= set(metrics)
