@@ -308,6 +308,11 @@ TRIED: dict[tuple[str, str], list[typing.Any]] = {
     ("learned3d", "grid_size"): [(4, 4), (8, 8)],
     ("learned3d", "frames"): [4, 8],
     ("liere", "block_size"): [None, 4, 2],
+    ("rope2d_dinov3", "min_period"): [0.5, 2.0],
+    ("rope2d_dinov3", "max_period"): [20.0, 50.0],
+    ("rope2d_dinov3", "jitter"): [None, 1.5],  # training-time draws: the model here trains
+    ("rope2d_dinov3", "rescale"): [None, 2.0],
+    ("rope2d_dinov3", "grid_size"): [(4, 4), (8, 8), (2, 8)],  # what [-1, 1] spans
     ("liere", "grid_size"): [(4, 4), (8, 2), (1, 1)],  # the position scale is per axis of the grid
     ("liere", "depth"): [None, 4],  # one set, or one per layer of the 4
     ("liere3d", "depth"): [None, 4],
@@ -352,6 +357,9 @@ ALONG: dict[tuple[str, str], dict[str, typing.Any]] = {
     ("xpos", "blockwise"): {"max_len": 4},  # blocks of 4 among the 16 sample tokens (64: one block)
     ("xpos", "max_len"): {"blockwise": True},
     ("liere", "per_layer"): {"depth": 4},  # a set per layer of the 4, or one
+    ("rope2d_dinov3", "min_period"): {"base": None, "max_period": 50.0},  # periods or a base
+    ("rope2d_dinov3", "max_period"): {"base": None, "min_period": 0.5},
+    ("rope2d_dinov3", "normalize"): {"grid_size": (2, 8)},  # a square grid normalises alike every way
     ("liere3d", "per_layer"): {"depth": 4},
     ("comrope", "per_layer"): {"depth": 4},
     ("rope2d_mixed", "per_layer"): {"depth": 4},
@@ -375,6 +383,8 @@ INERT = {
     ("longrope2", "extend_warmup"): "the optimiser's rate in the extension, not attention (test_longrope2.py tries it)",
     ("videorope", "grid_size"): "it centres every frame by one shift, which no score among video tokens sees",
     ("hope", "grid_size"): "it centres every frame by one shift, which no score among video tokens sees",
+    ("rope2d_dinov3", "shift"): "one translation of every coordinate, which no score among rotated tokens sees "
+    "(an unrotated class token's do: test_rope2d_dinov3.py draws it)",
 }
 
 
