@@ -160,3 +160,27 @@ def test_cifar10_downloads_and_loads(tmp_path):
     dm.setup()
     assert dm.channels == 3 and len(dm.splits["test"]) == 10000
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
+
+
+def test_cifar100_reads_torchvisions_layout_with_its_hundred_fine_classes(tmp_path, accept_any_checksum):
+    """The sample in torchvision's layout (``cifar-100-python/{train,test,meta}``): 400 / 100 images, the fine
+    labels 0-99, and the class names ``meta`` lists, which the source declares in the same order."""
+    import pickle
+
+    from poslab.modalities.vision.sources import SAMPLES, SOURCES
+
+    SAMPLES["cifar100"](tmp_path)
+    train_x, train_y, test_x, test_y = SOURCES["cifar100"].load(tmp_path, False)
+    assert train_x.shape == (400, 3, 32, 32) and train_x.dtype == torch.uint8 and test_x.shape == (100, 3, 32, 32)
+    assert train_y.tolist() == [i % 100 for i in range(400)]
+    meta = pickle.loads((tmp_path / "cifar-100-python" / "meta").read_bytes())
+    assert list(SOURCES["cifar100"].classes) == meta["fine_label_names"]
+    assert (
+        SOURCES["cifar100"].classes[:3] == ("apple", "aquarium_fish", "baby")
+        and len(SOURCES["cifar100"].classes) == 100
+    )
+    cfg = compose(["data=cifar100", f"data.root={tmp_path}", "data.download=false", "data.val_size=50"])
+    dm = VisionDataModule(cfg.data)
+    dm.setup()
+    assert dm.num_classes == 100 and cfg.data.patch_size == 8
+    assert [len(dm.splits[k]) for k in ("train", "val", "test")] == [350, 50, 100]

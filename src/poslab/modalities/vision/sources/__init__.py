@@ -172,6 +172,32 @@ def sample_cifar10(root: Path, per_batch: int = 120, test: int = 100) -> list[st
     return []  # the source's own defaults set its patch size
 
 
+def sample_cifar100(root: Path, train: int = 400, test: int = 100) -> list[str]:
+    """torchvision's CIFAR-100 layout: pickled ``train`` and ``test`` with fine labels, ``meta`` with their names."""
+    folder = root / "cifar-100-python"
+    folder.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(0)
+    for name, n in (("train", train), ("test", test)):
+        entry = {
+            "data": rng.integers(0, 255, (n, 3 * 32 * 32), dtype=np.uint8),
+            "fine_labels": list(np.arange(n) % 100),
+        }
+        (folder / name).write_bytes(pickle.dumps(entry))
+    (folder / "meta").write_bytes(pickle.dumps({"fine_label_names": list(CIFAR100_CLASSES)}))
+    return ["data.val_size=50"]
+
+
+#: CIFAR-100's fine classes, in label order (the ``fine_label_names`` of its ``meta`` file).
+CIFAR100_CLASSES = tuple(
+    "apple aquarium_fish baby bear beaver bed bee beetle bicycle bottle bowl boy bridge bus butterfly camel can "
+    "castle caterpillar cattle chair chimpanzee clock cloud cockroach couch crab crocodile cup dinosaur dolphin "
+    "elephant flatfish forest fox girl hamster house kangaroo keyboard lamp lawn_mower leopard lion lizard lobster "
+    "man maple_tree motorcycle mountain mouse mushroom oak_tree orange orchid otter palm_tree pear pickup_truck "
+    "pine_tree plain plate poppy porcupine possum rabbit raccoon ray road rocket rose sea seal shark shrew skunk "
+    "skyscraper snail snake spider squirrel streetcar sunflower sweet_pepper table tank telephone television tiger "
+    "tractor train trout tulip turtle wardrobe whale willow_tree wolf woman worm".split()
+)
+
 SOURCES: dict[str, ImageSource] = {
     "mnist5k": ImageSource(load_mnist5k, 1, 28, DIGITS, (0.1307,), (0.3081,)),
     "mnist": ImageSource(_torchvision("MNIST"), 1, 28, DIGITS, (0.1307,), (0.3081,)),
@@ -192,6 +218,15 @@ SOURCES: dict[str, ImageSource] = {
         (0.2470, 0.2435, 0.2616),
         defaults={"patch_size": 8},  # 32 px: a 4 x 4 grid (7 px, MNIST's, does not divide it)
     ),
+    "cifar100": ImageSource(
+        _torchvision("CIFAR100"),
+        3,
+        32,
+        CIFAR100_CLASSES,
+        (0.5071, 0.4865, 0.4409),
+        (0.2673, 0.2564, 0.2762),
+        defaults={"patch_size": 8},
+    ),
 }
 #: name -> ``sample(root)``: writes a tiny copy of what the loader reads into ``root`` (nothing for the
 #: embedded digits) and returns the config overrides that read it (``data.path=…``), often none.
@@ -201,6 +236,7 @@ SAMPLES: dict[str, Callable[[Path], list[str]]] = {
     "mnist": _sample_idx("MNIST"),
     "fashion_mnist": _sample_idx("FashionMNIST"),
     "cifar10": sample_cifar10,
+    "cifar100": sample_cifar100,
 }
 #: What a loader returns and how a new source registers (``make new-dataset`` writes these into its stub).
 STUB_IMPORTS = "Arrays, ImageSource"
