@@ -171,3 +171,58 @@ def test_the_fsdp_preset_shards_on_gpus_and_lightning_refuses_it_on_the_cpu(tiny
     assert main(["train", *tiny_text, *cpu]) == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "strategy `fsdp` requires a GPU accelerator" in err
+
+
+def deit_parameters(width: int, classes: int = 1000, depth: int = 12, patch: int = 16, size: int = 224) -> int:
+    """timm's DeiT (``deit_*_patch16_224``), layer by layer: the patch convolution, the class token and its
+    position table of (size / patch)² + 1 rows, per block two LayerNorms, q/k/v and the output projection and
+    the MLP (4x) with biases, the final LayerNorm and the head."""
+    tokens = (size // patch) ** 2 + 1
+    block = 4 * width + (3 * width * width + 3 * width) + (width * width + width) + (8 * width * width + 5 * width)
+    return (
+        3 * patch * patch * width + width + width + tokens * width + depth * block + 2 * width + classes * (width + 1)
+    )
+
+
+@pytest.mark.parametrize(
+    ("preset", "width", "paper"), [("vit-tiny", 192, 5), ("vit-small", 384, 22), ("vit-base", 768, 86)]
+)
+def test_the_vit_presets_are_deits_sizes(preset, width, paper):
+    """DeiT's Table 1 (5M, 22M, 86M): with ``learned2d`` at 224 px in 16-px patches and 1,000 classes, the ViT has
+    DeiT's parameters less its class token's row of the position table (poslab's class token takes none)."""
+    from poslab.modalities.vision.model import ViT
+
+    cfg = compose(["modality=vision", f"model={preset}", "encoder=learned2d", "data.patch_size=16"])
+    encoder = build_encoder_in_context(
+        "learned2d", dim=cfg.model.dim, num_heads=cfg.model.num_heads, options={}, context={"grid_size": (14, 14)}
+    )
+    with torch.device("meta"):
+        vit = ViT(encoder, in_chans=3, num_classes=1000, patch_size=16, **pick_options(ViT, cfg.model, ViT.SUPPLIED))
+    assert sum(p.numel() for p in vit.parameters()) == deit_parameters(width) - width
+    assert int(deit_parameters(width) / 1e6) == paper
+    assert deit_parameters(192) == 5_717_416  # timm's deit_tiny_patch16_224
+    rates = [getattr(block.drop_path, "p", 0.0) for block in vit.backbone.blocks]  # the first: no drop path
+    assert rates == pytest.approx([0.1 * i / 11 for i in range(12)])  # DeiT's linear rule, 0 ... 0.1
+    with pytest.raises(ConfigError, match=f"model={preset} does not fit modality=text"):
+        compose(["modality=text", f"model={preset}"])
+
+
+def test_stochastic_depth_skips_a_samples_branch_or_scales_it_by_one_over_the_keep_rate():
+    """Huang et al. 2016 as DeiT trains: in training each sample's attention branch is dropped (p = 0.5 here) or
+    kept at 1 / (1 - p) = 2x; in evaluation it is the block without stochastic depth."""
+    from poslab.encoders import build_encoder
+
+    torch.manual_seed(0)
+    block = TransformerBlock(8, 2, drop_path=0.5)
+    nn.init.zeros_(block.mlp[3].weight), nn.init.zeros_(block.mlp[3].bias)  # the MLP branch adds nothing
+    encoder, pos = build_encoder("none", dim=8, num_heads=2), Positions(steps=torch.arange(4))
+    x = torch.randn(400, 4, 8)
+    with torch.no_grad():
+        branch = block.attn(block.norm1(x), encoder, pos)
+        block.eval()
+        torch.testing.assert_close(block(x, encoder, pos) - x, branch)
+        block.train()
+        added = block(x, encoder, pos) - x
+    kept = added.flatten(1).abs().amax(dim=1) > 0
+    torch.testing.assert_close(added, 2 * branch * kept[:, None, None])  # per sample: the whole branch, or none
+    assert 0.4 < kept.float().mean().item() < 0.6

@@ -26,7 +26,13 @@ from poslab.positions.offsets import toeplitz_offsets
 
 
 class TransformerBlock(nn.Module):
-    def __init__(self, dim: int, num_heads: int, mlp_ratio: float = 4.0, dropout: float = 0.0) -> None:
+    """Pre-norm attention and MLP. ``drop_path``: stochastic depth (Huang et al. 2016), each residual branch
+    skipped for a sample with that probability in training and scaled by 1 / (1 - p) otherwise (torchvision's
+    ``StochasticDepth``, "row" mode: per sample, as DeiT and timm drop paths)."""
+
+    def __init__(
+        self, dim: int, num_heads: int, mlp_ratio: float = 4.0, dropout: float = 0.0, drop_path: float = 0.0
+    ) -> None:
         super().__init__()
         hidden = int(dim * mlp_ratio)
         self.norm1 = nn.LayerNorm(dim)
@@ -36,6 +42,11 @@ class TransformerBlock(nn.Module):
             nn.Linear(dim, hidden), nn.GELU(), nn.Dropout(dropout), nn.Linear(hidden, dim), nn.Dropout(dropout)
         )
         self.attn_dropout = nn.Dropout(dropout)
+        self.drop_path = nn.Identity()
+        if drop_path:
+            from torchvision.ops import StochasticDepth  # deferred: torchvision, ~4.6 s, only where paths drop
+
+            self.drop_path = StochasticDepth(drop_path, "row")
 
     def residual_outputs(self) -> tuple[nn.Linear, nn.Linear]:
         """The two projections whose outputs are added to the residual stream (attention's and the MLP's)."""
@@ -43,8 +54,8 @@ class TransformerBlock(nn.Module):
 
     def forward(self, x, encoder, pos, bias=None, num_prefix_tokens=0, causal=False, layer=0, cache=None):
         attended = self.attn(self.norm1(x), encoder, pos, bias, num_prefix_tokens, causal, layer, cache)
-        x = x + self.attn_dropout(attended)
-        return x + self.mlp(self.norm2(x))
+        x = x + self.drop_path(self.attn_dropout(attended))
+        return x + self.drop_path(self.mlp(self.norm2(x)))
 
 
 class Transformer(nn.Module):
@@ -60,11 +71,13 @@ class Transformer(nn.Module):
         mlp_ratio: float = 4.0,
         dropout: float = 0.0,
         causal: bool = False,
+        drop_path: float = 0.0,
     ) -> None:
         super().__init__()
         self.encoder = encoder
         self.causal = causal
-        self.blocks = nn.ModuleList(TransformerBlock(dim, num_heads, mlp_ratio, dropout) for _ in range(depth))
+        rates = [drop_path * i / max(1, depth - 1) for i in range(depth)]  # DeiT / timm: 0 ... drop_path, linear
+        self.blocks = nn.ModuleList(TransformerBlock(dim, num_heads, mlp_ratio, dropout, rate) for rate in rates)
         self.norm = nn.LayerNorm(dim)
         #: recompute each block in the backward pass (``model.activation_checkpointing``); RNG state is replayed,
         #: so dropout draws the same masks and the gradients are those of the plain pass

@@ -38,6 +38,7 @@ class ViT(nn.Module):
         mlp_ratio: MlpRatio = 4.0,
         dropout: Dropout = 0.0,
         pool: Literal["cls", "mean"] = "cls",
+        drop_path: Dropout = 0.0,  # stochastic depth at the last block, 0 at the first (DeiT: 0.1)
     ) -> None:
         super().__init__()
         if pool not in ("cls", "mean"):
@@ -48,8 +49,9 @@ class ViT(nn.Module):
         if self.cls_token is not None:
             nn.init.trunc_normal_(self.cls_token, std=0.02)
         self.backbone = Transformer(
-            encoder, dim=dim, depth=depth, num_heads=num_heads, mlp_ratio=mlp_ratio, dropout=dropout
-        )
+            encoder, dim=dim, depth=depth, num_heads=num_heads, mlp_ratio=mlp_ratio, dropout=dropout,
+            drop_path=drop_path,
+        )  # fmt: skip
         self.head = nn.Linear(dim, num_classes)
 
     @property
