@@ -25,7 +25,7 @@ PYTEST    = $(BIN)/python -m pytest
 RUN_PYTEST = rc=0; $(PYTEST) $(1) || rc=$$?; if [ $$rc -eq 5 ]; then echo "pytest collected no tests" >&2; exit 1; fi; exit $$rc
 
 .DEFAULT_GOAL := help
-.PHONY: help install test test-slow test-all lint docs docs-check train prepare eval generate compare report dashboard bench bench-data bench-decode gpu-check gpu-wheels sweep new-encoder new-dataset new-modality clean
+.PHONY: help install test test-slow test-all lint docs docs-check train prepare eval generate compare report dashboard bench bench-data bench-images bench-decode gpu-check gpu-wheels sweep new-encoder new-dataset new-modality clean
 
 help: ## list targets, modalities and encoders
 	@echo "poslab — position encoders compared on text, image patches and time series"
@@ -95,6 +95,9 @@ dashboard: ## save a W&B workspace + report for one comparison (online only): ID
 
 bench-data: ## token shards: preparation and streaming tokens/s against the model's, memory against the corpus (ARGS="--text FILE")
 	$(BIN)/python -m poslab.tools.stream_bench $(ARGS)
+
+bench-images: ## image folders: decoding samples/s in loader workers against a ViT's training step, and in memory (ARGS="--workers 8")
+	$(BIN)/python -m poslab.tools.image_bench $(ARGS)
 
 bench-decode: ## generation: tokens/s with the decoding cache against full forward passes, per encoder (ARGS="--new 512")
 	$(BIN)/python -m poslab.tools.decode_bench $(ARGS)

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from PIL import Image, UnidentifiedImageError
 from torch.utils.data import Dataset
 
 from poslab.errors import DataError
@@ -35,8 +36,7 @@ class ImageFiles:
 
 
 def image_suffixes() -> set[str]:
-    from PIL import Image  # deferred: PIL's plugins register their suffixes on import
-
+    """Every suffix PIL reads (it loads its format plugins to list them)."""
     return {s.lower() for s in Image.registered_extensions()}
 
 
@@ -94,8 +94,6 @@ class DecodedImages(Dataset):
         return len(self.items)
 
     def __getitem__(self, i: int) -> tuple[torch.Tensor, int]:
-        from PIL import Image, UnidentifiedImageError  # deferred: imported once per worker
-
         path, label = self.items[i]
         try:
             with Image.open(path) as image:
@@ -109,8 +107,6 @@ class DecodedImages(Dataset):
 
 def sample_imagefolder(root: Path) -> list[str]:
     """``train/`` and ``val/`` of three classes, PNG and JPEG, of mixed sizes and modes (as ImageNet's are)."""
-    from PIL import Image
-
     rng = np.random.default_rng(0)
     base = root / "imagefolder"
     for split, count in (("train", 8), ("val", 2)):
