@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -132,3 +133,58 @@ def test_a_folder_trains_end_to_end_with_workers(folder, tiny):
     metrics = summary["metrics"]
     assert 0.0 <= metrics["test/acc"] <= 1.0 and np.isfinite(metrics["test/loss"])
     assert {"resolution/acc@48/raw", "resolution/acc@48/rescaled"} <= set(metrics)
+
+
+def test_tiny_imagenet_reads_its_layout_val_annotations_as_the_test_labels(tmp_path):
+    from poslab.modalities.vision.sources.folders import load_tiny_imagenet, sample_tiny_imagenet
+
+    sample_tiny_imagenet(tmp_path)
+    files = load_tiny_imagenet(tmp_path, False)
+    assert files.classes == ("n01443537", "n01443538", "n01443539")  # sorted, whatever wnids.txt's order
+    assert len(files.train) == 18 and all(p.endswith(".JPEG") for p, _ in files.train)  # the box files are not images
+    assert [(p.rsplit("/", 1)[1], label) for p, label in files.test] == [
+        ("val_0.JPEG", 0), ("val_1.JPEG", 0), ("val_2.JPEG", 1), ("val_3.JPEG", 1), ("val_4.JPEG", 2), ("val_5.JPEG", 2)
+    ]  # fmt: skip
+    assert all(label == files.classes.index(p.split("/")[-3]) for p, label in files.train)
+    annotations = tmp_path / "tiny-imagenet-200" / "val" / "val_annotations.txt"
+    annotations.write_text(annotations.read_text() + "val_9.JPEG\tn09999999\t0\t0\t1\t1\n")
+    with pytest.raises(DataError, match=r"val_annotations.txt:7: unknown class 'n09999999'"):
+        load_tiny_imagenet(tmp_path, False)
+    with pytest.raises(DataError, match=r"Tiny-ImageNet not found under .*set data.download=true"):
+        load_tiny_imagenet(tmp_path / "elsewhere", False)
+
+
+def test_tiny_imagenet_downloads_whole_or_leaves_nothing(tmp_path, monkeypatch):
+    """torchvision downloads and checks the archive into a temporary folder, which is moved in whole; a failed
+    download is one line and leaves nothing behind."""
+    import torchvision.datasets.utils as tv_utils
+
+    from poslab.modalities.vision.sources.folders import (
+        TINY_IMAGENET_MD5,
+        TINY_IMAGENET_URL,
+        load_tiny_imagenet,
+        sample_tiny_imagenet,
+    )
+
+    calls = []
+
+    def fake_download(url, download_root, md5=None, **kwargs):
+        calls.append((url, md5))
+        sample_tiny_imagenet(Path(download_root))
+
+    monkeypatch.setattr(tv_utils, "download_and_extract_archive", fake_download)
+    assert len(load_tiny_imagenet(tmp_path, True).train) == 18
+    assert calls == [(TINY_IMAGENET_URL, TINY_IMAGENET_MD5)]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["tiny-imagenet-200"]
+    load_tiny_imagenet(tmp_path, True)
+    assert len(calls) == 1  # there already: no second download
+
+    def failing(url, download_root, md5=None, **kwargs):
+        (Path(download_root) / "tiny-imagenet-200.zip").write_bytes(b"half")
+        raise RuntimeError("File not found or corrupted.\nmore")
+
+    monkeypatch.setattr(tv_utils, "download_and_extract_archive", failing)
+    elsewhere = tmp_path / "other"
+    with pytest.raises(DataError, match=r"^downloading Tiny-ImageNet failed: File not found or corrupted.$"):
+        load_tiny_imagenet(elsewhere, True)
+    assert list(elsewhere.iterdir()) == []

@@ -201,7 +201,10 @@ class VisionDataModule(PositionDataModule):
         test = files.test if files.test is not None else train[:n_test]
         parts = {"train": train[n_test + n_val :], "val": train[n_test : n_test + n_val], "test": test}
         augment = self.cfg.augment.enabled
-        return {k: DecodedImages(items, self.image_size, train=augment and k == "train") for k, items in parts.items()}
+        return {
+            k: DecodedImages(items, self.image_size, train=augment and k == "train", crop=self.source.eval_crop)
+            for k, items in parts.items()
+        }
 
     def train_dataloader(self) -> DataLoader:
         workers = self.cfg.num_workers

@@ -42,6 +42,7 @@ class ImageSource:
     mean: tuple[float, ...]
     std: tuple[float, ...]
     defaults: dict = field(default_factory=dict)  # data.* values of its own (a config's still win)
+    eval_crop: float = 0.875  # a set read from files: evaluated at the centre after resizing to size / eval_crop
 
 
 DIGITS = tuple(str(d) for d in range(10))

@@ -1,4 +1,5 @@
-"""``imagefolder``: a folder of class subfolders, the ImageNet / torchvision layout, read file by file.
+"""Image sets read file by file: ``imagefolder`` (a folder of class subfolders, the ImageNet / torchvision
+layout) and ``tiny_imagenet`` (Tiny-ImageNet-200, downloaded).
 
 ``data.path=<dir>`` holds ``train/<class>/*`` and ``val/<class>/*`` (or ``test/``), or the class folders
 themselves (validation and test images are then held out of them by count, as for the other sources). Any
@@ -10,6 +11,7 @@ set larger than memory trains; the small built-in sets stay in memory, where a C
 from __future__ import annotations
 
 import os
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -79,15 +81,16 @@ def load_imagefolder(root: Path, download: bool, path: str | None = None) -> Ima
 class DecodedImages(Dataset):
     """``(uint8 [3, size, size], label)`` per file, decoded when asked (in a loader worker). Training crops a
     random area and flips (RandomResizedCrop, DeiT's scale 0.08-1); evaluation resizes the short side to
-    ``size / 0.875`` and takes the centre. A file PIL cannot read is one line naming it."""
+    ``size / crop`` and takes the centre (0.875; 1: the whole image). A file PIL cannot read is one line
+    naming it."""
 
-    def __init__(self, items: list[tuple[str, int]], size: int, train: bool) -> None:
+    def __init__(self, items: list[tuple[str, int]], size: int, train: bool, crop: float = CROP_FRACTION) -> None:
         from torchvision.transforms import v2  # deferred: torchvision, ~4.6 s
 
         self.items, self.size = items, size
         resize = [v2.RandomResizedCrop(size, scale=(0.08, 1.0), antialias=True), v2.RandomHorizontalFlip()]
         if not train:
-            resize = [v2.Resize(round(size / CROP_FRACTION), antialias=True), v2.CenterCrop(size)]
+            resize = [v2.Resize(round(size / crop), antialias=True), v2.CenterCrop(size)]
         self.transform = v2.Compose([v2.PILToTensor(), *resize])
 
     def __len__(self) -> int:
@@ -121,8 +124,76 @@ def sample_imagefolder(root: Path) -> list[str]:
     return [f"data.path={base}", "data.image_size=32", "data.patch_size=8", "data.val_size=4"]
 
 
+TINY_IMAGENET_URL = "http://cs231n.stanford.edu/tiny-imagenet-200.zip"
+TINY_IMAGENET_MD5 = "90528d7ca1a48142e341f4ef8d21d0de"  # as loaders of it record it; nobody publishes a SHA-256
+
+
+def load_tiny_imagenet(root: Path, download: bool, path: str | None = None) -> ImageFiles:
+    """Tiny-ImageNet-200 (Stanford CS231n): 200 classes of 64-px images, 500 each in ``train/<wnid>/images/``,
+    50 each in ``val/images/`` labelled by ``val/val_annotations.txt`` (the test split here; the official test
+    images have no labels). Downloaded by torchvision (MD5-checked) into a temporary folder, moved in whole."""
+    folder = root / "tiny-imagenet-200"
+    if download and not (folder / "wnids.txt").is_file():
+        from torchvision.datasets.utils import download_and_extract_archive  # deferred: torchvision, ~4.6 s
+
+        root.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=root, prefix=".tiny-imagenet-") as tmp:
+            try:
+                download_and_extract_archive(TINY_IMAGENET_URL, tmp, md5=TINY_IMAGENET_MD5)
+            except Exception as exc:  # noqa: BLE001  (urllib's, zipfile's, torchvision's checksum error: one line)
+                raise DataError(f"downloading Tiny-ImageNet failed: {str(exc).splitlines()[0]}") from None
+            os.replace(Path(tmp) / "tiny-imagenet-200", folder)
+    if not (folder / "wnids.txt").is_file():
+        raise DataError(f"Tiny-ImageNet not found under {root} ({folder}/wnids.txt); set data.download=true")
+    classes = tuple(sorted(folder.joinpath("wnids.txt").read_text().split()))
+    index = {name: i for i, name in enumerate(classes)}
+    train = scan(folder / "train")
+    missing = sorted(set(classes) - set(train))
+    if missing or len(train) != len(classes):
+        raise DataError(f"{folder / 'train'} does not hold wnids.txt's classes ({(missing or sorted(train))[0]})")
+    test = []
+    for line_number, line in enumerate((folder / "val" / "val_annotations.txt").read_text().splitlines(), 1):
+        name, wnid, *_ = line.split("\t") + [""]
+        if wnid not in index:
+            raise DataError(f"{folder / 'val' / 'val_annotations.txt'}:{line_number}: unknown class {wnid!r}")
+        test.append((str(folder / "val" / "images" / name), index[wnid]))
+    return ImageFiles(classes, [(str(f), index[c]) for c in classes for f in train[c]], test)
+
+
+def sample_tiny_imagenet(root: Path, classes: int = 3, train: int = 6, val: int = 2) -> list[str]:
+    """Tiny-ImageNet's layout, with ``classes`` wnids: train images and their box files, val images listed in
+    ``val_annotations.txt``, unlabelled test images, ``wnids.txt`` and ``words.txt``."""
+    rng = np.random.default_rng(0)
+    folder = root / "tiny-imagenet-200"
+    wnids = [f"n0{1443537 + k}" for k in range(classes)]
+    (folder / "val" / "images").mkdir(parents=True)
+    (folder / "test" / "images").mkdir(parents=True)
+    annotations = []
+    for c, wnid in enumerate(wnids):
+        images = folder / "train" / wnid / "images"
+        images.mkdir(parents=True)
+        for k in range(train):
+            Image.fromarray(rng.integers(0, 255, (64, 64, 3), dtype=np.uint8)).save(images / f"{wnid}_{k}.JPEG")
+        (folder / "train" / wnid / f"{wnid}_boxes.txt").write_text(f"{wnid}_0.JPEG\t0\t0\t63\t63\n")
+        for k in range(val):
+            name = f"val_{c * val + k}.JPEG"
+            Image.fromarray(rng.integers(0, 255, (64, 64, 3), dtype=np.uint8)).save(folder / "val" / "images" / name)
+            annotations.append(f"{name}\t{wnid}\t0\t0\t63\t63")
+    Image.fromarray(rng.integers(0, 255, (64, 64, 3), dtype=np.uint8)).save(folder / "test" / "images" / "test_0.JPEG")
+    (folder / "val" / "val_annotations.txt").write_text("\n".join(annotations) + "\n")
+    (folder / "wnids.txt").write_text("\n".join(reversed(wnids)) + "\n")
+    (folder / "words.txt").write_text("".join(f"{w}\tthing {w}\n" for w in wnids))
+    return ["data.val_size=3"]
+
+
 SOURCES["imagefolder"] = ImageSource(
     load_imagefolder, 3, 224, (), IMAGENET_MEAN, IMAGENET_STD,
     defaults={"patch_size": 16, "num_workers": min(8, len(os.sched_getaffinity(0)))},  # decoding runs in workers
 )  # fmt: skip
 SAMPLES["imagefolder"] = sample_imagefolder
+SOURCES["tiny_imagenet"] = ImageSource(
+    load_tiny_imagenet, 3, 64, (), (0.4802, 0.4481, 0.3975), (0.2770, 0.2691, 0.2821),
+    defaults={"patch_size": 8, "num_workers": min(8, len(os.sched_getaffinity(0)))},
+    eval_crop=1.0,  # 64-px images are tested whole
+)  # fmt: skip
+SAMPLES["tiny_imagenet"] = sample_tiny_imagenet
