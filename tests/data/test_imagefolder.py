@@ -16,6 +16,7 @@ from poslab.data import build_datamodule
 from poslab.errors import DataError
 from poslab.modalities.vision.sources.folders import DecodedImages, load_imagefolder, sample_imagefolder
 from poslab.run.train import train
+from tests.track.test_wandb_summary import assert_all_scalars_in_wandb
 
 
 @pytest.fixture
@@ -188,3 +189,54 @@ def test_tiny_imagenet_downloads_whole_or_leaves_nothing(tmp_path, monkeypatch):
     with pytest.raises(DataError, match=r"^downloading Tiny-ImageNet failed: File not found or corrupted.$"):
         load_tiny_imagenet(elsewhere, True)
     assert list(elsewhere.iterdir()) == []
+
+
+def test_the_imagenet_resolution_experiment_runs_at_toy_size_on_a_folder(folder, tmp_path):
+    """experiment=resolution_imagenet, shrunk (a CPU, width 16, 32-px crops, a 48-px probe): trained, tested
+    and probed end to end, every scalar in its W&B summary, its expectations parsed; at its own size it is DeiT-S
+    at 224 on a GPU."""
+    from poslab.study.expectations import Expectation
+
+    path, overrides = folder
+    full = compose(["experiment=resolution_imagenet", f"data.path={path}"])
+    assert (full.model.dim, full.model.depth, full.data.image_size, full.data.patch_size) == (384, 12, 224, 16)
+    assert full.trainer.accelerator == "gpu" and full.eval.image_sizes == [160, 288, 384, 448]
+    assert all(Expectation.parse(text) for text in full.expect)
+    toy = compose(["experiment=resolution_imagenet", *overrides, "trainer=cpu", "model.dim=16", "model.depth=1",
+                   "model.num_heads=2", "data.batch_size=8", "data.eval_batch_size=8", "data.num_workers=0",
+                   "eval.image_sizes=[48]", "trainer.max_steps=2", "trainer.max_epochs=1", "logger=wandb",
+                   "logger.mode=offline",
+                   f"run.root={tmp_path / 'runs'}", "trainer.enable_progress_bar=false", "encoder=rope2d"])  # fmt: skip
+    summary = train(toy)
+    assert {"test/acc", "resolution/acc@48/raw", "resolution/acc@48/rescaled"} <= set(summary["metrics"])
+    assert_all_scalars_in_wandb(summary)  # what every experiment's tiny run checks (tests/track)
+
+
+def test_ropevits_rows_are_printed_beside_runs_of_their_width():
+    """The report's table for DeiT-S-wide runs: poslab's top-1 (%) at each size, raw and rescaled, then RoPE-ViT's
+    DeiT-III-S rows at 224 and 384 with their source; runs of a width nobody published get no table."""
+    from poslab.modalities.vision.published import published, tables
+    from poslab.study.report import Group
+
+    small = published(384)
+    assert [(p.encoder, p.top1) for p in small] == [
+        ("learned2d", {224: 80.4, 384: 79.4}), ("rope2d", {224: 80.9, 384: 80.0}),
+        ("rope2d_mixed", {224: 80.9, 384: 81.8}),
+    ]  # fmt: skip
+    assert all("rope-vit" in p.source and "Heo et al. 2024" in p.source for p in small)
+
+    def group(encoder, dim, metrics):
+        run = {"config": {"model": {"dim": dim}, "data": {"image_size": 224, "name": "imagefolder", "quadrant": False}},
+               "metrics": metrics}  # fmt: skip
+        return Group("vision", "resolution_imagenet", encoder, "c", [run], label=encoder)
+
+    runs = [
+        group("rope2d", 384, {"test/acc": 0.801, "resolution/acc@384/raw": 0.7, "resolution/acc@384/rescaled": 0.75})
+    ]
+    text = "\n".join(tables(runs))
+    assert "width 384" in text and "| 224 px | 384 px |" in text
+    assert (
+        "| `rope2d` (rescaled) | poslab | 80.1 | 75.0 |" in text and "| `rope2d` (raw) | poslab | 80.1 | 70.0 |" in text
+    )
+    assert "| DeiT-III-S `rope2d_mixed` | naver-ai/rope-vit README" in text and "| 80.9 | 81.8 |" in text
+    assert tables([group("rope2d", 64, {"test/acc": 0.9, "resolution/acc@56/raw": 0.5})]) == []

@@ -172,7 +172,7 @@ def shrunk_experiment(request, name: str) -> list[str]:
     cfg = compose([f"experiment={name}"])
     if cfg.trainer.get("accelerator") == "gpu":
         pytest.skip(f"{name} is sized for a GPU; its toy-size dry run checks its W&B summary "
-                    "(tests/study/test_lengen_experiments.py)")  # fmt: skip
+                    "(tests/study/test_lengen_experiments.py, tests/data/test_imagefolder.py)")  # fmt: skip
     tiny = [o for o in tiny_overrides(request, cfg.modality) if not o.startswith("logger=")]
     extra = [f"experiment={name}"]
     names_a_dataset = cfg.data.name != compose([f"modality={cfg.modality}"]).data.name

@@ -26,6 +26,7 @@ MODALITY = register_modality(
         headline=("test/acc", "val/acc_best", "test/loss"),
         extra_prefixes=("resolution/acc@",),
         report_figures="poslab.modalities.vision.report:figures",
+        report_tables="poslab.modalities.vision.published:tables",
         overlays="poslab.modalities.vision.report:overlays",
         show="poslab.modalities.vision.show:canvas",
         shows=("coords",),  # `poslab show` draws an encoder reading coords here by default
