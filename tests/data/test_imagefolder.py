@@ -240,3 +240,64 @@ def test_ropevits_rows_are_printed_beside_runs_of_their_width():
     )
     assert "| DeiT-III-S `rope2d_mixed` | naver-ai/rope-vit README" in text and "| 80.9 | 81.8 |" in text
     assert tables([group("rope2d", 64, {"test/acc": 0.9, "resolution/acc@56/raw": 0.5})]) == []
+
+
+def test_deits_augmentations_erase_mix_and_randaugment_in_training_only(folder, tiny):
+    """Mixup / CutMix turn the labels into distributions over the classes (rows summing to 1, the two labels'
+    shares); erasing puts a box of noise into each image at p = 1; RandAugment changes the decoded crops; none of
+    it touches evaluation batches. A run with all of them trains and its loss is the soft targets' cross-entropy."""
+    path, overrides = folder
+    deit = ["data.augment.randaugment=true", "data.augment.erasing=1.0", "data.augment.mixup=0.8",
+            "data.augment.cutmix=1.0"]  # fmt: skip
+    dm = build_datamodule(compose([*tiny, "data=imagefolder", *overrides, "data.num_workers=0", *deit]))
+    dm.setup("fit")
+    images, labels = next(iter(dm.train_dataloader()))
+    torch.manual_seed(0)
+    batch = dm.as_batch((images, labels), training=True)
+    assert batch["label"].shape == (len(labels), 3) and batch["label"].dtype == torch.float32
+    torch.testing.assert_close(batch["label"].sum(-1), torch.ones(len(labels)))
+    own = batch["label"][torch.arange(len(labels)), labels]  # each image's share: one lambda for the batch
+    other = batch["label"][torch.arange(len(labels)), labels.roll(1)]  # the image it was mixed with
+    differ = labels != labels.roll(1)
+    assert len(set(own[differ].tolist())) == 1 and torch.allclose(own[differ] + other[differ], torch.ones(1))
+    plain = dm.prepare_images(images, augment=False)
+    erased = dm.prepare_images(images, augment=True)
+    assert all((e != p).any() for e, p in zip(erased, plain, strict=True))  # p = 1: every image has its box
+    assert torch.equal(dm.as_batch((images, labels), training=False)["label"], labels)
+    torch.manual_seed(0)
+    with_ra = dm.splits["train"][0][0]
+    torch.manual_seed(0)
+    without = DecodedImages(dm.splits["train"].items[:1], 32, train=True)[0][0]
+    assert with_ra.shape == without.shape == (3, 32, 32) and not torch.equal(with_ra, without)
+    summary = train(compose([*tiny, "data=imagefolder", *overrides, "data.num_workers=0", "model.dim=16", *deit]))
+    assert np.isfinite(summary["metrics"]["test/loss"])
+
+
+def test_soft_targets_are_the_loss_and_their_argmax_the_accuracy():
+    import torch.nn.functional as F
+    from torchmetrics.classification import MulticlassAccuracy
+
+    from poslab.tasks.classification import Classifier
+
+    class Task(Classifier):
+        def build_model(self, cfg, encoder, num_classes, in_chans):
+            return torch.nn.Identity()
+
+        def forward(self, images, pos):
+            return images
+
+        def log(self, *args, **kwargs):
+            pass
+
+    task = Task.__new__(Task)
+    torch.nn.Module.__init__(task)
+    task.label_smoothing = 0.1
+    logits = torch.tensor([[2.0, 0.0, -1.0], [0.0, 1.0, 3.0]])
+    soft = torch.tensor([[0.7, 0.3, 0.0], [0.0, 0.4, 0.6]])
+    metric = MulticlassAccuracy(3, average="micro")
+    loss, _ = task._step({"image": logits, "pos": None, "label": soft}, "train", metric)
+    smoothed = soft * 0.9 + 0.1 / 3
+    expected = -(smoothed * logits.log_softmax(-1)).sum(-1).mean()
+    torch.testing.assert_close(loss, expected)
+    torch.testing.assert_close(F.cross_entropy(logits, soft, label_smoothing=0.1), expected)
+    assert metric.compute().item() == 1.0  # argmax of the targets: classes 0 and 2, both predicted

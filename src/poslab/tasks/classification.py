@@ -47,8 +47,9 @@ class Classifier(PositionTask):
     def _step(self, batch, stage: str, metric: MulticlassAccuracy):
         logits = self(batch[self.input_key], batch["pos"])
         smoothing = self.label_smoothing if stage == "train" else 0.0
-        loss = F.cross_entropy(logits, batch["label"], label_smoothing=smoothing)
-        metric(logits, batch["label"])
+        target = batch["label"]  # class indices, or a distribution over classes (Mixup / CutMix in training)
+        loss = F.cross_entropy(logits, target, label_smoothing=smoothing)
+        metric(logits, target.argmax(-1) if target.is_floating_point() else target)
         size = batch["label"].shape[0]
         training = stage == "train"  # evaluation losses are averaged over DDP ranks (the metrics sync themselves)
         # train/loss per step (as in every modality), evaluation losses per epoch

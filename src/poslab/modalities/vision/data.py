@@ -200,9 +200,15 @@ class VisionDataModule(PositionDataModule):
             )
         test = files.test if files.test is not None else train[:n_test]
         parts = {"train": train[n_test + n_val :], "val": train[n_test : n_test + n_val], "test": test}
-        augment = self.cfg.augment.enabled
+        aug = self.cfg.augment
         return {
-            k: DecodedImages(items, self.image_size, train=augment and k == "train", crop=self.source.eval_crop)
+            k: DecodedImages(
+                items,
+                self.image_size,
+                train=aug.enabled and k == "train",
+                crop=self.source.eval_crop,
+                randaugment=aug.randaugment,
+            )  # fmt: skip
             for k, items in parts.items()
         }
 
@@ -229,11 +235,23 @@ class VisionDataModule(PositionDataModule):
 
     def as_batch(self, batch: Any, training: bool = False) -> dict[str, Any]:
         images, labels = batch
-        return {
-            "image": self.prepare_images(images, augment=training),
-            "label": labels,
-            "pos": self.positions().to(images.device),
-        }
+        image = self.prepare_images(images, augment=training)
+        if training:
+            image, labels = self.mix(image, labels)
+        return {"image": image, "label": labels, "pos": self.positions().to(images.device)}
+
+    def mix(self, images: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Mixup (Zhang et al. 2018) or CutMix (Yun et al. 2019), one of the two per batch as DeiT draws them:
+        the labels become a distribution over the classes (torchvision's ``MixUp`` / ``CutMix``)."""
+        aug = self.cfg.augment
+        if not aug.enabled or not (aug.mixup or aug.cutmix):
+            return images, labels
+        from torchvision.transforms import v2  # deferred: torchvision, ~4.6 s
+
+        k = self.num_classes
+        choices = [v2.MixUp(alpha=aug.mixup, num_classes=k)] if aug.mixup else []
+        choices += [v2.CutMix(alpha=aug.cutmix, num_classes=k)] if aug.cutmix else []
+        return v2.RandomChoice(choices)(images, labels)
 
     def prepare_images(self, images: torch.Tensor, augment: bool = False) -> torch.Tensor:
         """uint8 ``[B, C, H, W]`` -> normalised float at ``image_size``, augmented in training."""
@@ -244,4 +262,9 @@ class VisionDataModule(PositionDataModule):
         aug = self.cfg.augment
         if augment and aug.enabled and not self.decoded:  # a folder's were cropped at random when decoded
             x = random_affine(x, aug.rotate, aug.scale, aug.translate)
+        if augment and aug.enabled and aug.erasing:  # DeiT's random erasing: a box of noise, image by image
+            from torchvision.transforms import v2  # deferred: torchvision, ~4.6 s
+
+            erase = v2.RandomErasing(p=aug.erasing, value="random")
+            x = torch.stack([erase(image) for image in x])
         return x

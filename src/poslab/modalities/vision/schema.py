@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Annotated, Literal, Optional
 
 from poslab.config.options import options_schema
-from poslab.config.ranges import AT_LEAST_0, AT_LEAST_1, FRACTION, SEED
+from poslab.config.ranges import AT_LEAST_0, AT_LEAST_1, FRACTION, SEED, ZeroToOne
 from poslab.config.schema import EvalConfig, ModelConfig
 from poslab.modalities.vision.model import ViT
 from poslab.modalities.vision.sources import SOURCES
@@ -27,12 +27,17 @@ class VisionEvalConfig(EvalConfig):
 
 @dataclass
 class AugmentConfig:
-    """Random affine per training image."""
+    """Random affine per training image (in memory; a folder's are cropped at random as they are decoded), and
+    DeiT's augmentations (Touvron et al. 2021, Table 9: RandAugment m9 n2, erasing 0.25, Mixup 0.8, CutMix 1.0)."""
 
     enabled: bool = True
     rotate: Annotated[float, AT_LEAST_0] = 10.0  # degrees
     scale: Annotated[float, FRACTION] = 0.1  # +-10 %
     translate: Annotated[float, FRACTION] = 0.1  # fraction of the image
+    randaugment: bool = False  # a folder's images: RandAugment (2 ops, magnitude 9) as they are decoded
+    erasing: ZeroToOne = 0.0  # probability of erasing a random box with noise, per image
+    mixup: Annotated[float, AT_LEAST_0] = 0.0  # Mixup's alpha (0: off); with cutmix, one of the two per batch
+    cutmix: Annotated[float, AT_LEAST_0] = 0.0  # CutMix's alpha (0: off)
 
 
 @dataclass

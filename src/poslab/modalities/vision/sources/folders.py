@@ -80,15 +80,24 @@ def load_imagefolder(root: Path, download: bool, path: str | None = None) -> Ima
 
 class DecodedImages(Dataset):
     """``(uint8 [3, size, size], label)`` per file, decoded when asked (in a loader worker). Training crops a
-    random area and flips (RandomResizedCrop, DeiT's scale 0.08-1); evaluation resizes the short side to
+    random area and flips (RandomResizedCrop, DeiT's scale 0.08-1), then RandAugment if asked; evaluation resizes
+    the short side to
     ``size / crop`` and takes the centre (0.875; 1: the whole image). A file PIL cannot read is one line
     naming it."""
 
-    def __init__(self, items: list[tuple[str, int]], size: int, train: bool, crop: float = CROP_FRACTION) -> None:
+    def __init__(
+        self,
+        items: list[tuple[str, int]],
+        size: int,
+        train: bool,
+        crop: float = CROP_FRACTION,
+        randaugment: bool = False,
+    ) -> None:
         from torchvision.transforms import v2  # deferred: torchvision, ~4.6 s
 
         self.items, self.size = items, size
         resize = [v2.RandomResizedCrop(size, scale=(0.08, 1.0), antialias=True), v2.RandomHorizontalFlip()]
+        resize += [v2.RandAugment(num_ops=2, magnitude=9)] if randaugment else []  # DeiT's rand-m9 (n 2)
         if not train:
             resize = [v2.Resize(round(size / crop), antialias=True), v2.CenterCrop(size)]
         self.transform = v2.Compose([v2.PILToTensor(), *resize])
