@@ -97,7 +97,7 @@ bench-data: ## token shards: preparation and streaming tokens/s against the mode
 	$(BIN)/python -m poslab.tools.stream_bench $(ARGS)
 
 bench-images: ## image folders: decoding samples/s in loader workers against a ViT's training step, and in memory (ARGS="--workers 8")
-	$(BIN)/python -m poslab.tools.image_bench $(ARGS)
+	$(BIN)/python -m poslab.modalities.vision.bench $(ARGS)
 
 bench-decode: ## generation: tokens/s with the decoding cache against full forward passes, per encoder (ARGS="--new 512")
 	$(BIN)/python -m poslab.tools.decode_bench $(ARGS)

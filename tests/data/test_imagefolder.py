@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -301,3 +302,19 @@ def test_soft_targets_are_the_loss_and_their_argmax_the_accuracy():
     torch.testing.assert_close(loss, expected)
     torch.testing.assert_close(F.cross_entropy(logits, soft, label_smoothing=0.1), expected)
     assert metric.compute().item() == 1.0  # argmax of the targets: classes 0 and 2, both predicted
+
+
+def test_the_image_benchmark_measures_every_figure_at_toy_size(tmp_path, capsys):
+    """``make bench-images`` at toy size: decoding with and without workers, the ViT's step, a small set both ways."""
+    from poslab.modalities.vision import bench as image_bench
+
+    out = tmp_path / "images.json"
+    argv = ["--images", "20", "--source", "40", "--size", "32", "--batch", "8", "--workers", "1", "--steps", "1",
+            "--small", "30", "--out", str(out)]  # fmt: skip
+    assert image_bench.main(argv) == 0
+    measured = json.loads(out.read_text())["samples_per_s"]
+    assert set(measured) == {"decode_0_workers", "decode_1_workers", "model", "small_decode_0_workers",
+                             "small_decode_1_workers", "small_in_memory"}  # fmt: skip
+    assert all(v > 0 for v in measured.values())
+    printed = capsys.readouterr().out
+    assert "x the model |" in printed and "x decoding |" in printed and "model vit-tiny at 32 px" in printed

@@ -287,19 +287,3 @@ def test_the_streaming_benchmark_measures_every_figure_at_toy_size(tmp_path, cap
     assert record["memory"]["large"]["windows"] > 2 * record["memory"]["small"]["windows"]
     assert 0 < record["memory"]["large"]["peak_mib"] < 4 * record["memory"]["small"]["peak_mib"]
     assert "| memory | 3x the corpus |" in capsys.readouterr().out
-
-
-def test_the_image_benchmark_measures_every_figure_at_toy_size(tmp_path, capsys):
-    """``make bench-images`` at toy size: decoding with and without workers, the ViT's step, a small set both ways."""
-    from poslab.tools import image_bench
-
-    out = tmp_path / "images.json"
-    argv = ["--images", "20", "--source", "40", "--size", "32", "--batch", "8", "--workers", "1", "--steps", "1",
-            "--small", "30", "--out", str(out)]  # fmt: skip
-    assert image_bench.main(argv) == 0
-    measured = json.loads(out.read_text())["samples_per_s"]
-    assert set(measured) == {"decode_0_workers", "decode_1_workers", "model", "small_decode_0_workers",
-                             "small_decode_1_workers", "small_in_memory"}  # fmt: skip
-    assert all(v > 0 for v in measured.values())
-    printed = capsys.readouterr().out
-    assert "x the model |" in printed and "x decoding |" in printed and "model vit-tiny at 32 px" in printed

@@ -83,7 +83,8 @@ class DINOv3RoPE(PositionEncoder):
         """``[..., L, 2]`` cells of the training grid -> [-1, 1] (the reference's layout), augmented in training."""
         rows, cols = self.grid_size
         sizes = {"separate": (rows, cols), "max": (max(rows, cols),) * 2, "min": (min(rows, cols),) * 2}
-        c = 2 * (coords.to(torch.float64) + 0.5) / torch.tensor(sizes[self.normalize], dtype=torch.float64) - 1
+        span = torch.tensor(sizes[self.normalize], dtype=torch.float64, device=coords.device)
+        c = 2 * (coords.to(torch.float64) + 0.5) / span - 1
         if self.training and self.shift is not None:
             c = c + torch.empty(2).uniform_(-self.shift, self.shift).to(c)
         if self.training and self.jitter is not None:

@@ -79,7 +79,7 @@ def model_rate(preset: str, size: int, batch: int, steps: int) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="poslab.tools.image_bench", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="poslab.modalities.vision.bench", description=__doc__.splitlines()[0])
     parser.add_argument("--images", type=int, default=512, help="JPEGs in the folder")
     parser.add_argument("--source", type=int, default=300, help="their height in px (4:3)")
     parser.add_argument("--size", type=int, default=224, help="the crop the model takes")
