@@ -318,3 +318,30 @@ def test_the_image_benchmark_measures_every_figure_at_toy_size(tmp_path, capsys)
     assert all(v > 0 for v in measured.values())
     printed = capsys.readouterr().out
     assert "x the model |" in printed and "x decoding |" in printed and "model vit-tiny at 32 px" in printed
+
+
+def test_unreadable_images_are_skipped_with_a_counted_warning_when_asked(folder, tiny):
+    """data.skip_unreadable=true: a corrupt image is named in a warning that counts them, and the next file (with
+    its own label) takes its place; a split with no readable image is still one error."""
+    path, overrides = folder
+    (path / "val" / "bee" / "0.png").write_bytes(b"not a png")
+    (path / "val" / "bee" / "1.jpg").write_bytes(b"nor a jpeg")
+    dm = build_datamodule(compose([*tiny, "data=imagefolder", *overrides, "data.num_workers=0",
+                                   "data.skip_unreadable=true"]))  # fmt: skip
+    dm.setup("fit")
+    test = dm.splits["test"]
+    with pytest.warns(UserWarning) as caught:
+        pairs = [test[i] for i in range(len(test))]
+    messages = [str(w.message) for w in caught]
+    assert len(messages) == 3  # 0.png once; 1.jpg twice, in its own place and in 0.png's
+    assert "val/bee/0.png: not a readable image" in messages[0] and messages[0].endswith(
+        "1 so far in this loader process"
+    )
+    assert messages[-1].endswith("3 so far in this loader process")
+    labels = [label for _, label in pairs]
+    assert labels == [0, 0, 2, 2, 2, 2]  # bee's two images replaced by the next readable ones: cat's
+    assert all(image.shape == (3, 32, 32) for image, _ in pairs)
+    for item in test.items:
+        Path(item[0]).write_bytes(b"")
+    with pytest.raises(DataError, match="no readable image among the 6"), pytest.warns(UserWarning):
+        test[0]

@@ -208,6 +208,7 @@ class VisionDataModule(PositionDataModule):
                 train=aug.enabled and k == "train",
                 crop=self.source.eval_crop,
                 randaugment=aug.randaugment,
+                skip_unreadable=self.cfg.skip_unreadable,
             )  # fmt: skip
             for k, items in parts.items()
         }

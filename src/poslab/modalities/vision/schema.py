@@ -45,6 +45,7 @@ class VisionDataConfig:
     name: Literal[tuple(SOURCES)] = "mnist5k"  # type: ignore[valid-type]  # mnist5k is embedded: no network
     root: str = "data"  # download / cache folder
     path: Optional[str] = None  # data=imagefolder: the folder of class subfolders (train/ and val/, or the classes)
+    skip_unreadable: bool = False  # a folder's unreadable image: skipped with a counted warning (false: one error)
     image_size: Annotated[Optional[int], AT_LEAST_1] = (
         None  # None: the dataset's own size (28 for MNIST, 32 for CIFAR-10)
     )

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -83,7 +84,7 @@ class DecodedImages(Dataset):
     random area and flips (RandomResizedCrop, DeiT's scale 0.08-1), then RandAugment if asked; evaluation resizes
     the short side to
     ``size / crop`` and takes the centre (0.875; 1: the whole image). A file PIL cannot read is one line
-    naming it."""
+    naming it; with ``skip_unreadable``, a warning naming it and counting them, and the next file in its place."""
 
     def __init__(
         self,
@@ -92,10 +93,12 @@ class DecodedImages(Dataset):
         train: bool,
         crop: float = CROP_FRACTION,
         randaugment: bool = False,
+        skip_unreadable: bool = False,
     ) -> None:
         from torchvision.transforms import v2  # deferred: torchvision, ~4.6 s
 
         self.items, self.size = items, size
+        self.skip_unreadable, self.skipped = skip_unreadable, 0  # each loader process counts its own
         resize = [v2.RandomResizedCrop(size, scale=(0.08, 1.0), antialias=True), v2.RandomHorizontalFlip()]
         resize += [v2.RandAugment(num_ops=2, magnitude=9)] if randaugment else []  # DeiT's rand-m9 (n 2)
         if not train:
@@ -106,15 +109,21 @@ class DecodedImages(Dataset):
         return len(self.items)
 
     def __getitem__(self, i: int) -> tuple[torch.Tensor, int]:
-        path, label = self.items[i]
-        try:
-            with Image.open(path) as image:
-                rgb = image.convert("RGB")  # grayscale, palette, CMYK: RGB, as torchvision's ImageFolder reads them
-        except (OSError, UnidentifiedImageError, ValueError) as exc:  # truncated, corrupt, not an image
-            raise DataError(
-                f"{path}: not a readable image ({str(exc).splitlines()[0] or type(exc).__name__})"
-            ) from None
-        return self.transform(rgb), label
+        for step in range(len(self.items)):  # skipping: the next readable file takes the place, with its label
+            path, label = self.items[(i + step) % len(self.items)]
+            try:
+                with Image.open(path) as image:
+                    rgb = image.convert("RGB")  # grayscale, palette, CMYK: RGB, as torchvision's ImageFolder reads
+            except (OSError, UnidentifiedImageError, ValueError) as exc:  # truncated, corrupt, not an image
+                message = f"{path}: not a readable image ({str(exc).splitlines()[0] or type(exc).__name__})"
+                if not self.skip_unreadable:
+                    raise DataError(message) from None
+                self.skipped += 1
+                warnings.warn(f"{message}; skipped (data.skip_unreadable), {self.skipped} so far in this loader "
+                              "process", stacklevel=2)  # fmt: skip
+                continue
+            return self.transform(rgb), label
+        raise DataError(f"no readable image among the {len(self.items)} of this split")
 
 
 def sample_imagefolder(root: Path) -> list[str]:
