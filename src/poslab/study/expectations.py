@@ -61,10 +61,9 @@ class Expectation:
         factor, rhs_metric, constant = None, None, None
         if "*" in rhs:
             left, right = (x.strip() for x in rhs.split("*", 1))
-            try:
-                factor, rhs_metric = float(left), right
-                constant = factor * float(right)  # a factor of a published number: ``1.05 * 0.469``
-                factor, rhs_metric = None, None
+            factor, rhs_metric = float(left), right
+            try:  # a factor of a published number: ``1.05 * 0.469``
+                constant, factor, rhs_metric = factor * float(right), None, None
             except ValueError:
                 pass
         else:

@@ -167,39 +167,34 @@ class VisionDataModule(PositionDataModule):
             self.splits, self.classes, self.decoded = self._file_splits(loaded), loaded.classes, True
             return
         train_x, train_y, test_x, test_y = loaded
-        order = torch.randperm(len(train_y), generator=torch.Generator().manual_seed(self.cfg.split_seed))
+        order, held = self.held_out(len(train_y), test_x is None)
         train_x, train_y = train_x[order], train_y[order]
-        n_val = self.cfg.val_size
-        n_test = self.cfg.test_size if test_x is None else 0
-        if n_val + n_test >= len(train_y):
-            raise ConfigError(
-                f"data.val_size + data.test_size = {n_val + n_test} leaves no training images out of {len(train_y)}"
-            )
-        if test_x is None:
-            test_x, test_y = train_x[:n_test], train_y[:n_test]
-        val = slice(n_test, n_test + n_val)
-        parts = {
-            "train": (train_x[n_test + n_val :], train_y[n_test + n_val :]),
-            "val": (train_x[val], train_y[val]),
-            "test": (test_x, test_y),
-        }
+        parts = {k: (train_x[cut], train_y[cut]) for k, cut in held.items()}
+        parts.setdefault("test", (test_x, test_y))
         if self.cfg.quadrant:
             parts = {k: place_in_quadrants(x, self.cfg.split_seed + i) for i, (k, (x, _)) in enumerate(parts.items())}
         self.splits = {k: TensorDataset(x, y) for k, (x, y) in parts.items()}
+
+    def held_out(self, count: int, carve_test: bool) -> tuple[torch.Tensor, dict[str, slice]]:
+        """The training images' order (shuffled with ``data.split_seed``) and the slices of it each split takes:
+        ``val_size`` held out for validation, and ``test_size`` for the test when the set has no test split."""
+        order = torch.randperm(count, generator=torch.Generator().manual_seed(self.cfg.split_seed))
+        n_val, n_test = self.cfg.val_size, self.cfg.test_size if carve_test else 0
+        if n_val + n_test >= count:
+            raise ConfigError(
+                f"data.val_size + data.test_size = {n_val + n_test} leaves no training images out of {count}"
+            )
+        held = {"train": slice(n_test + n_val, None), "val": slice(n_test, n_test + n_val)}
+        return order, held | ({"test": slice(0, n_test)} if carve_test else {})
 
     def _file_splits(self, files: ImageFiles) -> dict[str, Dataset]:
         """A folder's files as the splits, held out as the in-memory sets are (same seed, same counts)."""
         if self.cfg.quadrant:
             raise ConfigError("data.quadrant places in-memory images on a canvas; data=imagefolder reads files")
-        order = torch.randperm(len(files.train), generator=torch.Generator().manual_seed(self.cfg.split_seed))
+        order, held = self.held_out(len(files.train), files.test is None)
         train = [files.train[i] for i in order.tolist()]
-        n_val, n_test = self.cfg.val_size, self.cfg.test_size if files.test is None else 0
-        if n_val + n_test >= len(train):
-            raise ConfigError(
-                f"data.val_size + data.test_size = {n_val + n_test} leaves no training images out of {len(train)}"
-            )
-        test = files.test if files.test is not None else train[:n_test]
-        parts = {"train": train[n_test + n_val :], "val": train[n_test : n_test + n_val], "test": test}
+        parts = {k: train[cut] for k, cut in held.items()}
+        parts.setdefault("test", files.test)
         aug = self.cfg.augment
         return {
             k: DecodedImages(
