@@ -25,7 +25,7 @@ PYTEST    = $(BIN)/python -m pytest
 RUN_PYTEST = rc=0; $(PYTEST) $(1) || rc=$$?; if [ $$rc -eq 5 ]; then echo "pytest collected no tests" >&2; exit 1; fi; exit $$rc
 
 .DEFAULT_GOAL := help
-.PHONY: help install test test-slow test-all lint docs docs-check train prepare eval generate compare report dashboard bench bench-data bench-images bench-decode gpu-check gpu-wheels sweep new-encoder new-dataset new-modality clean
+.PHONY: help install test test-slow test-all lint docs docs-check train prepare eval generate compare report dashboard bench bench-data bench-images bench-videos bench-decode gpu-check gpu-wheels sweep new-encoder new-dataset new-modality clean
 
 help: ## list targets, modalities and encoders
 	@echo "poslab — position encoders compared on text, image patches and time series"
@@ -52,7 +52,7 @@ test: ## fast test tier (< 5 min on 2 CPU cores; TEST_WORKERS=0 runs it in one p
 	@$(call RUN_PYTEST,-q -n $(TEST_WORKERS) --maxprocesses 8)
 
 test-slow: ## only the slow tier (full-length training checks)
-	@$(call RUN_PYTEST,-q -m slow)
+	@$(call RUN_PYTEST,-q -m "slow and not network")
 
 test-all: ## every test that needs no network
 	@$(call RUN_PYTEST,-q -m "not network")
@@ -98,6 +98,9 @@ bench-data: ## token shards: preparation and streaming tokens/s against the mode
 
 bench-images: ## image folders: decoding samples/s in loader workers against a ViT's training step, and in memory (ARGS="--workers 8")
 	$(BIN)/python -m poslab.modalities.vision.bench $(ARGS)
+
+bench-videos: ## video folders: clips/s decoded in loader workers (AVI, JPEG frames) against the video ViT's training step
+	$(BIN)/python -m poslab.modalities.video.bench $(ARGS)
 
 bench-decode: ## generation: tokens/s with the decoding cache against full forward passes, per encoder (ARGS="--new 512")
 	$(BIN)/python -m poslab.tools.decode_bench $(ARGS)

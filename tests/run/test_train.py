@@ -221,6 +221,22 @@ def test_default_recipe_reaches_the_accuracy_target(tmp_path, data_root):
     assert summary["metrics"]["test/acc"] >= 0.96
 
 
+@pytest.mark.slow
+@pytest.mark.network  # CIFAR-10 downloads (170 MB) into data/ once; `pytest -m network` runs it
+def test_vit_tiny_learns_cifar10_at_patch_4(tmp_path):
+    """The road to DeiT-scale vision, at CPU size: DeiT-Ti's preset on CIFAR-10's 32-px images in 4-px patches
+    (64 tokens) trains 300 steps of 64 images; the training loss falls and the test accuracy leaves chance (0.1)."""
+    root = Path(__file__).resolve().parents[2] / "data"
+    summary = train(compose([
+        "model=vit-tiny", "data=cifar10", "data.patch_size=4", f"data.root={root}", "data.batch_size=64",
+        "trainer.max_epochs=1", "trainer.limit_train_batches=300", "trainer.limit_val_batches=4",
+        "logger=none", f"run.root={tmp_path}", "trainer.enable_progress_bar=false",
+    ]))  # fmt: skip
+    losses = [loss for _, loss in summary["history"]["train/loss"]]
+    assert len(losses) >= 20 and sum(losses[-5:]) / 5 < 0.9 * sum(losses[:3]) / 3
+    assert summary["metrics"]["test/acc"] >= 0.2
+
+
 @pytest.mark.filterwarnings("error:Converting a tensor with requires_grad=True")  # the one line, nothing before it
 def test_a_nan_loss_stops_the_run_naming_the_step_and_keeps_earlier_checkpoints(tiny, monkeypatch, capsys):
     from poslab.cli import main

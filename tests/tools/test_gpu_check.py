@@ -75,7 +75,7 @@ def test_the_whole_dry_run_trains_every_case(capsys, monkeypatch):
     (W&B is off there; the data are the embedded ones)."""
     import sys
 
-    for lazy in ("wandb", "litdata", "datasets"):  # imported only where a run asks for them
+    for lazy in ("wandb", "litdata", "datasets", "av"):  # imported only where a run asks for them
         monkeypatch.setitem(sys.modules, lazy, None)  # `import wandb` raises ImportError
     assert gpu_check.main(["--dry-run"]) == 0
     out = capsys.readouterr().out

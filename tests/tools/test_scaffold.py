@@ -110,8 +110,8 @@ def test_the_dataset_stub_registers_and_its_loader_sample_and_test_fail_until_wr
 def test_bad_dataset_requests_are_one_line_and_write_nothing(tmp_path):
     with pytest.raises(ConfigError, match="text dataset 'wikitext2' exists already"):
         new_dataset("wikitext2", "text", root=tmp_path)
-    with pytest.raises(ConfigError, match="modality 'video' reads no datasets; valid: text, timeseries, vision"):
-        new_dataset("mine", "video", root=tmp_path)
+    with pytest.raises(ConfigError, match="modality 'audio' reads no datasets; valid: text, timeseries, video, vision"):
+        new_dataset("mine", "audio", root=tmp_path)
     with pytest.raises(ConfigError, match="dataset name 'My-Data': lower-case"):
         new_dataset("My-Data", "text", root=tmp_path)
     assert not list(tmp_path.rglob("*.py"))

@@ -39,7 +39,7 @@ def source_modules() -> dict[str, object]:
         package = module.rpartition(".")[0] + ".sources"
         try:
             found[modality] = importlib.import_module(package)
-        except ModuleNotFoundError as exc:  # a modality that generates its data (video) has none
+        except ModuleNotFoundError as exc:  # a modality that generates its data (the template's toy task) has none
             if not package.startswith(exc.name or "\0"):
                 raise
     return found

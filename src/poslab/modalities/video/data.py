@@ -1,4 +1,4 @@
-"""Moving-digit clips with space-time patch positions.
+"""Video clips with space-time patch positions: moving digits made on the fly, or videos decoded from files.
 
 A token is a patch of one frame by default (``data.tubelet`` frames when
 larger: a tubelet would let the patch embedding see motion without any
@@ -10,6 +10,11 @@ frame index (``steps``), its (row, col) cell (``coords``) and both together
 ``coords=rescaled`` a longer clip or a larger canvas is mapped onto the
 training range (the frame index too, in ``coords3d``); with ``raw`` positions
 run past it. ``steps`` stay raw frame indices either way.
+
+Batches leave the loader as ``(uint8 clips [B, T, C, H, W], labels)``; they
+are normalised after the transfer to the device. A source's videos
+(:mod:`~poslab.modalities.video.sources.folders`) are decoded, cropped and
+augmented in the loader's workers.
 """
 
 from __future__ import annotations
@@ -19,13 +24,16 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data import DataLoader, Dataset, TensorDataset
 
 from poslab.data.base import PositionDataModule
+from poslab.data.held_out import held_out
 from poslab.errors import ConfigError
 from poslab.modalities.video.clips import DIRECTIONS, make_clips, resize_digits
+from poslab.modalities.video.sources import SOURCES, VideoFiles, VideoSource
+from poslab.modalities.video.sources.folders import DecodedClips
 from poslab.modalities.vision.data import patch_coordinates
-from poslab.modalities.vision.sources import DIGITS, SOURCES, load_mnist5k
+from poslab.modalities.vision.sources import DIGITS
 from poslab.positions import Positions
 
 SPLITS = ("train", "val", "test")
@@ -53,7 +61,8 @@ def clip_positions(
 
 
 class VideoDataModule(PositionDataModule):
-    """Clips of one moving digit; the label is its direction (8 classes) or the digit (10)."""
+    """Clips of one moving digit, labelled by its direction (8 classes) or the digit (10); or a source's videos,
+    labelled by their class."""
 
     def __init__(self, cfg: Any, seed: int = 0, train_data: Any = None) -> None:
         super().__init__(cfg, seed, train_data)
@@ -63,8 +72,11 @@ class VideoDataModule(PositionDataModule):
         self.train_tokens = self._tokens(train)
         frames, rows, cols = self.tokens
         self._positions = clip_positions(frames, (rows, cols), self.train_tokens, cfg["coords"])  # made once
-        self.splits: dict[str, TensorDataset] = {}
-        self.mean, self.std = SOURCES["mnist5k"].mean[0], SOURCES["mnist5k"].std[0]
+        self.splits: dict[str, Dataset] = {}
+        self.source: VideoSource = SOURCES[cfg.name]
+        self.classes: tuple[str, ...] | None = None  # a source's videos: their classes, known once read (setup)
+        self.mean = torch.tensor(self.source.mean).view(1, 1, -1, 1, 1)  # per channel of [B, T, C, H, W]
+        self.std = torch.tensor(self.source.std).view(1, 1, -1, 1, 1)
 
     @staticmethod
     def _tokens(cfg: Any) -> tuple[int, int, int]:
@@ -75,6 +87,8 @@ class VideoDataModule(PositionDataModule):
     # -- facts -------------------------------------------------------------------------
     @property
     def class_names(self) -> tuple[str, ...]:
+        if self.classes is not None:
+            return self.classes
         return DIRECTIONS if self.cfg.label == "direction" else DIGITS
 
     @property
@@ -85,7 +99,7 @@ class VideoDataModule(PositionDataModule):
         return self._positions
 
     def model_facts(self) -> dict[str, Any]:
-        return {"num_classes": self.num_classes, "in_chans": 1}
+        return {"num_classes": self.num_classes, "in_chans": self.source.channels}
 
     def context_options(self) -> dict[str, Any]:
         """The training clip's token grid: learned tables are sized by it."""
@@ -98,7 +112,7 @@ class VideoDataModule(PositionDataModule):
 
     # -- Lightning hooks ---------------------------------------------------------------
     def prepare_data(self) -> None:
-        load_mnist5k(Path(self.cfg.root), True)
+        self.source.load(Path(self.cfg.root), self.cfg.download, self.cfg.path)
 
     def setup(self, stage: str | None = None) -> None:
         """Make the clips of the splits ``stage`` needs (a probe on a large canvas makes only its test clips)."""
@@ -106,17 +120,13 @@ class VideoDataModule(PositionDataModule):
         wanted = [split for split in wanted if split not in self.splits]
         if not wanted:
             return
-        images, digits, _, _ = load_mnist5k(Path(self.cfg.root), False)
-        order = torch.randperm(len(digits), generator=torch.Generator().manual_seed(self.cfg.split_seed))
+        loaded = self.source.load(Path(self.cfg.root), False, self.cfg.path)
+        if isinstance(loaded, VideoFiles):
+            self.splits, self.classes = self._file_splits(loaded), loaded.classes
+            return
+        images, digits, _, _ = loaded
+        order, parts = held_out(len(digits), self.cfg.val_size, self.cfg.test_size, self.cfg.split_seed)
         images, digits = resize_digits(images[order], self.cfg.digit_size), digits[order]
-        n_test, n_val = self.cfg.test_size, self.cfg.val_size
-        if n_test + n_val >= len(digits):
-            raise ConfigError(f"data.val_size + data.test_size = {n_test + n_val} leaves no digits to train on")
-        parts = {
-            "test": slice(0, n_test),
-            "val": slice(n_test, n_test + n_val),
-            "train": slice(n_test + n_val, len(digits)),
-        }
         for split in wanted:
             index = SPLITS.index(split)
             chosen, labels = images[parts[split]], digits[parts[split]]
@@ -133,21 +143,55 @@ class VideoDataModule(PositionDataModule):
             )
             self.splits[split] = TensorDataset(clips, directions if self.cfg.label == "direction" else labels)
 
+    def _file_splits(self, files: VideoFiles) -> dict[str, Dataset]:
+        """The videos of ``data.fold``: its test videos, and validation ones held out of its training videos by
+        count (as for images: same seed, same counts; also the test when the fold has none)."""
+        cfg = self.cfg
+        if cfg.fold > len(files.folds):
+            valid = ", ".join(str(k) for k in range(1, len(files.folds) + 1))
+            raise ConfigError(f"data.fold={cfg.fold}: data={cfg.name} has {len(files.folds)} split(s); valid: {valid}")
+        fold = files.folds[cfg.fold - 1]
+        order, held = held_out(len(fold.train), cfg.val_size, cfg.test_size if fold.test is None else 0, cfg.split_seed)
+        train = [fold.train[i] for i in order.tolist()]
+        parts = {k: train[cut] for k, cut in held.items()}
+        parts.setdefault("test", fold.test)
+        return {
+            k: DecodedClips(
+                items,
+                cfg.frames,
+                cfg.frame_stride,
+                cfg.canvas,
+                train=k == "train",
+                augment=cfg.augment,
+                skip_unreadable=cfg.skip_unreadable,
+            )  # fmt: skip
+            for k, items in parts.items()
+        }
+
     def train_dataloader(self) -> DataLoader:
-        return self.shuffled_loader(self.splits["train"], self.cfg.batch_size, num_workers=self.cfg.num_workers)
+        workers = self.cfg.num_workers
+        return self.shuffled_loader(
+            self.splits["train"], self.cfg.batch_size, num_workers=workers, persistent_workers=workers > 0
+        )
 
     def val_dataloader(self) -> DataLoader:
-        return DataLoader(self.splits["val"], batch_size=self.cfg.eval_batch_size, num_workers=self.cfg.num_workers)
+        return self._loader("val")
 
     def test_dataloader(self) -> DataLoader:
-        return DataLoader(self.splits["test"], batch_size=self.cfg.eval_batch_size, num_workers=self.cfg.num_workers)
+        return self._loader("test")
+
+    def _loader(self, split: str) -> DataLoader:
+        workers = self.cfg.num_workers
+        return DataLoader(
+            self.splits[split], batch_size=self.cfg.eval_batch_size, num_workers=workers, persistent_workers=workers > 0
+        )
 
     def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> dict[str, Any]:
         return self.as_batch(batch, self.trainer is not None and self.trainer.training)
 
     def as_batch(self, batch: Any, training: bool = False) -> dict[str, Any]:
         clips, labels = batch
-        x = (clips.float().div_(255) - self.mean) / self.std
+        x = (clips.float().div_(255) - self.mean.to(clips.device)) / self.std.to(clips.device)
         pos = self.positions().to(clips.device)
         if training and self.cfg.temporal_scales:
             pos = temporally_scaled(pos, self.cfg.temporal_scales)

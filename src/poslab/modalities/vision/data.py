@@ -20,6 +20,7 @@ import torch.nn.functional as F
 from torch.utils.data import DataLoader, Dataset, TensorDataset
 
 from poslab.data.base import PositionDataModule
+from poslab.data.held_out import held_out
 from poslab.encoders.grid import grid_coordinates
 from poslab.errors import ConfigError
 from poslab.modalities.vision.sources import SOURCES, ImageSource
@@ -167,7 +168,8 @@ class VisionDataModule(PositionDataModule):
             self.splits, self.classes, self.decoded = self._file_splits(loaded), loaded.classes, True
             return
         train_x, train_y, test_x, test_y = loaded
-        order, held = self.held_out(len(train_y), test_x is None)
+        n_test = self.cfg.test_size if test_x is None else 0  # mnist5k has no test split: carved out too
+        order, held = held_out(len(train_y), self.cfg.val_size, n_test, self.cfg.split_seed)
         train_x, train_y = train_x[order], train_y[order]
         parts = {k: (train_x[cut], train_y[cut]) for k, cut in held.items()}
         parts.setdefault("test", (test_x, test_y))
@@ -175,23 +177,12 @@ class VisionDataModule(PositionDataModule):
             parts = {k: place_in_quadrants(x, self.cfg.split_seed + i) for i, (k, (x, _)) in enumerate(parts.items())}
         self.splits = {k: TensorDataset(x, y) for k, (x, y) in parts.items()}
 
-    def held_out(self, count: int, carve_test: bool) -> tuple[torch.Tensor, dict[str, slice]]:
-        """The training images' order (shuffled with ``data.split_seed``) and the slices of it each split takes:
-        ``val_size`` held out for validation, and ``test_size`` for the test when the set has no test split."""
-        order = torch.randperm(count, generator=torch.Generator().manual_seed(self.cfg.split_seed))
-        n_val, n_test = self.cfg.val_size, self.cfg.test_size if carve_test else 0
-        if n_val + n_test >= count:
-            raise ConfigError(
-                f"data.val_size + data.test_size = {n_val + n_test} leaves no training images out of {count}"
-            )
-        held = {"train": slice(n_test + n_val, None), "val": slice(n_test, n_test + n_val)}
-        return order, held | ({"test": slice(0, n_test)} if carve_test else {})
-
     def _file_splits(self, files: ImageFiles) -> dict[str, Dataset]:
         """A folder's files as the splits, held out as the in-memory sets are (same seed, same counts)."""
         if self.cfg.quadrant:
             raise ConfigError("data.quadrant places in-memory images on a canvas; data=imagefolder reads files")
-        order, held = self.held_out(len(files.train), files.test is None)
+        n_test = self.cfg.test_size if files.test is None else 0
+        order, held = held_out(len(files.train), self.cfg.val_size, n_test, self.cfg.split_seed)
         train = [files.train[i] for i in order.tolist()]
         parts = {k: train[cut] for k, cut in held.items()}
         parts.setdefault("test", files.test)

@@ -12,15 +12,15 @@ from __future__ import annotations
 
 import os
 import tempfile
-import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
 from PIL import Image, UnidentifiedImageError
-from torch.utils.data import Dataset
 
+from poslab.data.labelled_files import LabelledFiles
 from poslab.errors import DataError
 from poslab.modalities.vision.sources import SAMPLES, SOURCES, ImageSource
 
@@ -61,13 +61,21 @@ def scan(folder: Path) -> dict[str, list[Path]]:
 
 def load_imagefolder(root: Path, download: bool, path: str | None = None) -> ImageFiles:
     """The files of ``path`` (``root`` is unused: nothing is downloaded or cached)."""
+    return ImageFiles(*split_folders(path, scan, "data=imagefolder"))
+
+
+def split_folders(
+    path: str | None, scan_classes: Callable[[Path], dict[str, list[Path]]], source: str
+) -> tuple[tuple[str, ...], list[tuple[str, int]], list[tuple[str, int]] | None]:
+    """Class names and ``(file, label)`` pairs of ``path``'s ``train/`` and ``val/`` (or ``test/``) class folders,
+    or of its class folders (test None: held out by count); a held-out class unseen in training is one line."""
     if not path:
-        raise DataError("data=imagefolder reads a folder of class subfolders: set data.path=<dir>")
+        raise DataError(f"{source} reads a folder of class subfolders: set data.path=<dir>")
     base = Path(path).expanduser()
     split = (base / "train").is_dir()
-    train = scan(base / "train" if split else base)
+    train = scan_classes(base / "train" if split else base)
     held = next((base / name for name in ("val", "test") if split and (base / name).is_dir()), None)
-    test = scan(held) if held else None
+    test = scan_classes(held) if held else None
     for name in sorted(set(test or ()) - set(train)):
         raise DataError(f"{held / name}: class '{name}' is in {held.name}/ but not in train/")
     classes = tuple(train)
@@ -76,15 +84,16 @@ def load_imagefolder(root: Path, download: bool, path: str | None = None) -> Ima
     def pairs(found: dict[str, list[Path]]) -> list[tuple[str, int]]:
         return [(str(f), index[name]) for name, files in found.items() for f in files]
 
-    return ImageFiles(classes, pairs(train), pairs(test) if test else None)
+    return classes, pairs(train), pairs(test) if test else None
 
 
-class DecodedImages(Dataset):
+class DecodedImages(LabelledFiles):
     """``(uint8 [3, size, size], label)`` per file, decoded when asked (in a loader worker). Training crops a
     random area and flips (RandomResizedCrop, DeiT's scale 0.08-1), then RandAugment if asked; evaluation resizes
-    the short side to
-    ``size / crop`` and takes the centre (0.875; 1: the whole image). A file PIL cannot read is one line
-    naming it; with ``skip_unreadable``, a warning naming it and counting them, and the next file in its place."""
+    the short side to ``size / crop`` and takes the centre (0.875; 1: the whole image). A file PIL cannot read:
+    :class:`~poslab.data.labelled_files.LabelledFiles` says or skips it."""
+
+    kind = "image"
 
     def __init__(
         self,
@@ -97,33 +106,26 @@ class DecodedImages(Dataset):
     ) -> None:
         from torchvision.transforms import v2  # deferred: torchvision, ~4.6 s
 
-        self.items, self.size = items, size
-        self.skip_unreadable, self.skipped = skip_unreadable, 0  # each loader process counts its own
+        super().__init__(items, skip_unreadable)
+        self.size = size
         resize = [v2.RandomResizedCrop(size, scale=(0.08, 1.0), antialias=True), v2.RandomHorizontalFlip()]
         resize += [v2.RandAugment(num_ops=2, magnitude=9)] if randaugment else []  # DeiT's rand-m9 (n 2)
         if not train:
             resize = [v2.Resize(round(size / crop), antialias=True), v2.CenterCrop(size)]
         self.transform = v2.Compose([v2.PILToTensor(), *resize])
 
-    def __len__(self) -> int:
-        return len(self.items)
+    def read(self, path: str) -> torch.Tensor:
+        return self.transform(read_rgb(path))
 
-    def __getitem__(self, i: int) -> tuple[torch.Tensor, int]:
-        for step in range(len(self.items)):  # skipping: the next readable file takes the place, with its label
-            path, label = self.items[(i + step) % len(self.items)]
-            try:
-                with Image.open(path) as image:
-                    rgb = image.convert("RGB")  # grayscale, palette, CMYK: RGB, as torchvision's ImageFolder reads
-            except (OSError, UnidentifiedImageError, ValueError) as exc:  # truncated, corrupt, not an image
-                message = f"{path}: not a readable image ({str(exc).splitlines()[0] or type(exc).__name__})"
-                if not self.skip_unreadable:
-                    raise DataError(message) from None
-                self.skipped += 1
-                warnings.warn(f"{message}; skipped (data.skip_unreadable), {self.skipped} so far in this loader "
-                              "process", stacklevel=2)  # fmt: skip
-                continue
-            return self.transform(rgb), label
-        raise DataError(f"no readable image among the {len(self.items)} of this split")
+
+def read_rgb(path: str | Path) -> Image.Image:
+    """An image file as RGB (grayscale, palette, CMYK converted, as torchvision's ImageFolder reads them); one
+    line naming the file when PIL cannot read it (truncated, corrupt, not an image)."""
+    try:
+        with Image.open(path) as image:
+            return image.convert("RGB")
+    except (OSError, UnidentifiedImageError, ValueError) as exc:
+        raise DataError(f"{path}: not a readable image ({str(exc).splitlines()[0] or type(exc).__name__})") from None
 
 
 def sample_imagefolder(root: Path) -> list[str]:
