@@ -52,7 +52,7 @@ test: ## fast test tier (< 5 min on 2 CPU cores; TEST_WORKERS=0 runs it in one p
 	@$(call RUN_PYTEST,-q -n $(TEST_WORKERS) --maxprocesses 8)
 
 test-slow: ## only the slow tier (full-length training checks)
-	@$(call RUN_PYTEST,-q -m "slow and not network")
+	@$(call RUN_PYTEST,-q -m slow)
 
 test-all: ## every test that needs no network
 	@$(call RUN_PYTEST,-q -m "not network")

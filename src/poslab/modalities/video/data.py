@@ -181,9 +181,13 @@ class VideoDataModule(PositionDataModule):
         return self._loader("test")
 
     def _loader(self, split: str) -> DataLoader:
+        """Validation keeps its workers between epochs; a test pass (a probe's too) lets them go when done."""
         workers = self.cfg.num_workers
         return DataLoader(
-            self.splits[split], batch_size=self.cfg.eval_batch_size, num_workers=workers, persistent_workers=workers > 0
+            self.splits[split],
+            batch_size=self.cfg.eval_batch_size,
+            num_workers=workers,
+            persistent_workers=workers > 0 and split == "val",
         )
 
     def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> dict[str, Any]:

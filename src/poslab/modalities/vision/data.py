@@ -212,9 +212,13 @@ class VisionDataModule(PositionDataModule):
         return self._loader("test", self.cfg.eval_batch_size)
 
     def _loader(self, split: str, batch_size: int) -> DataLoader:
+        """Validation keeps its workers between epochs; a test pass (a probe's too) lets them go when done."""
         workers = self.cfg.num_workers
         return DataLoader(
-            self.splits[split], batch_size=batch_size, num_workers=workers, persistent_workers=workers > 0
+            self.splits[split],
+            batch_size=batch_size,
+            num_workers=workers,
+            persistent_workers=workers > 0 and split == "val",
         )
 
     def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> dict[str, Any]:
