@@ -384,3 +384,29 @@ def test_ucf101_trains_end_to_end_on_a_fold_with_a_learned_table(tmp_path):
     assert "temporal/acc@8f/raw" not in summary["metrics"]
     rows = summary["tables"]["test/acc_per_class"]["rows"]
     assert [row[0] for row in rows] == ["ApplyEyeMakeup", "Archery", "YoYo"]
+
+
+def test_the_ucf101_motion_experiment_runs_at_toy_size(tmp_path):
+    """experiment=motion_ucf101, shrunk (a CPU, width 16, 4-frame clips of 32 px, an 8-frame probe) on UCF101's
+    layout: trained, tested and probed end to end, every scalar in its W&B summary, its expectations parsed; at
+    its own size it is ViT-S on 16 x 112 px clips on a GPU."""
+    from poslab.study.expectations import Expectation
+    from tests.track.test_wandb_summary import assert_all_scalars_in_wandb
+
+    full = compose(["experiment=motion_ucf101"])
+    assert (full.model.dim, full.model.depth, full.data.frames, full.data.canvas, full.data.tubelet) == (
+        384, 12, 16, 112, 2
+    )  # fmt: skip
+    assert full.trainer.accelerator == "gpu" and full.data.fold == 1 and full.eval.frames == [32]
+    assert all(Expectation.parse(text) for text in full.expect)
+    root = tmp_path / "ucf"
+    root.mkdir()
+    toy = compose(["experiment=motion_ucf101", f"data.root={root}", "data.download=false", *sample_ucf101(root),
+                   "trainer=cpu", "model.dim=16", "model.depth=1", "model.num_heads=2", "data.frames=4",
+                   "data.batch_size=4", "data.eval_batch_size=4", "data.num_workers=0", "eval.frames=[8]",
+                   "eval.canvases=[48]", "trainer.max_steps=2", "trainer.max_epochs=1", "logger=wandb",
+                   "logger.mode=offline", f"run.root={tmp_path / 'runs'}", "trainer.enable_progress_bar=false",
+                   "encoder=videorope"])  # fmt: skip
+    summary = train(toy)
+    assert {"test/acc", "temporal/acc@8f/raw", "spatial/acc@48px/rescaled"} <= set(summary["metrics"])
+    assert_all_scalars_in_wandb(summary)
