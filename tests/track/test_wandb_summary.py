@@ -171,8 +171,8 @@ def shrunk_experiment(request, name: str) -> list[str]:
     dataset the experiment names is read from the shared copy, and each probe it sets runs."""
     cfg = compose([f"experiment={name}"])
     if cfg.trainer.get("accelerator") == "gpu":
-        pytest.skip(f"{name} is sized for a GPU; its toy-size dry run checks its W&B summary "
-                    "(tests/study/test_lengen_experiments.py, tests/data/test_imagefolder.py)")  # fmt: skip
+        pytest.skip(f"{name} is sized for a GPU; its toy-size dry run checks its W&B summary (tests/study/"
+                    "test_lengen_experiments.py, tests/data/test_imagefolder.py and test_videofolder.py)")  # fmt: skip
     tiny = [o for o in tiny_overrides(request, cfg.modality) if not o.startswith("logger=")]
     extra = [f"experiment={name}"]
     names_a_dataset = cfg.data.name != compose([f"modality={cfg.modality}"]).data.name
