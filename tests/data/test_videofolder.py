@@ -219,6 +219,9 @@ def test_data_fold_picks_the_split_and_a_missing_one_is_one_line(tmp_path):
     dm = build_datamodule(compose([*tiny_video_files(tmp_path, overrides), "data.fold=2"]))
     dm.setup("test")
     assert all("_g02_" in path for path, _ in dm.splits["test"].items)
+    assert [len(dm.splits[k]) for k in ("train", "val", "test")] == [7, 2, 3]  # 9 training videos, 2 held out
+    held = {item for k in ("train", "val") for item in dm.splits[k].items}
+    assert len(held) == 9 and not held & set(dm.splits["test"].items)
     dm = build_datamodule(compose([*tiny_video_files(tmp_path, overrides), "data.fold=4"]))
     with pytest.raises(ConfigError, match=r"data.fold=4: data=ucf101 has 3 split\(s\); valid: 1, 2, 3"):
         dm.setup("fit")

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 import lightning as L
+from torch.utils.data import DataLoader, Dataset
 
 from poslab.data.resumable import ResumableTraining
 from poslab.positions import Positions
@@ -48,6 +49,15 @@ class PositionDataModule(ResumableTraining, L.LightningDataModule):
         """What the encoder figure at the start of a run draws: positions, how many tokens, and the grid
         they lie on (None for a sequence)."""
         raise NotImplementedError
+
+    @staticmethod
+    def eval_loader(dataset: Dataset, batch_size: int, num_workers: int, keep_workers: bool = False) -> DataLoader:
+        """A validation or test loader. ``keep_workers`` (validation, every epoch) keeps its worker processes
+        between passes; a test pass lets them go when done, or every probe's loader would hold its own until
+        the run ends."""
+        return DataLoader(
+            dataset, batch_size=batch_size, num_workers=num_workers, persistent_workers=keep_workers and num_workers > 0
+        )
 
     def as_batch(self, batch: Any, training: bool = False) -> dict[str, Any]:
         """A loader's raw item -> the task's batch dict (tensors plus ``"pos"``)."""

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from typing import TypeVar
+
 import torch
 
 from poslab.errors import ConfigError
+
+Item = TypeVar("Item")
 
 
 def held_out(count: int, val_size: int, test_size: int, seed: int) -> tuple[torch.Tensor, dict[str, slice]]:
@@ -17,3 +21,13 @@ def held_out(count: int, val_size: int, test_size: int, seed: int) -> tuple[torc
                           f"{count}")  # fmt: skip
     held = {"train": slice(test_size + val_size, None), "val": slice(test_size, test_size + val_size)}
     return order, held | ({"test": slice(0, test_size)} if test_size else {})
+
+
+def split_items(
+    train: list[Item], test: list[Item] | None, val_size: int, test_size: int, seed: int
+) -> dict[str, list[Item]]:
+    """``train``, ``val`` and ``test`` lists of a set read from files: validation held out of ``train`` by
+    :func:`held_out`, and the test too when the set has none (``test`` None)."""
+    order, held = held_out(len(train), val_size, test_size if test is None else 0, seed)
+    shuffled = [train[i] for i in order.tolist()]
+    return {k: shuffled[cut] for k, cut in held.items()} | ({"test": test} if test is not None else {})

@@ -27,7 +27,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset, TensorDataset
 
 from poslab.data.base import PositionDataModule
-from poslab.data.held_out import held_out
+from poslab.data.held_out import held_out, split_items
 from poslab.errors import ConfigError
 from poslab.modalities.video.clips import DIRECTIONS, make_clips, resize_digits
 from poslab.modalities.video.sources import SOURCES, VideoFiles, VideoSource
@@ -151,10 +151,7 @@ class VideoDataModule(PositionDataModule):
             valid = ", ".join(str(k) for k in range(1, len(files.folds) + 1))
             raise ConfigError(f"data.fold={cfg.fold}: data={cfg.name} has {len(files.folds)} split(s); valid: {valid}")
         fold = files.folds[cfg.fold - 1]
-        order, held = held_out(len(fold.train), cfg.val_size, cfg.test_size if fold.test is None else 0, cfg.split_seed)
-        train = [fold.train[i] for i in order.tolist()]
-        parts = {k: train[cut] for k, cut in held.items()}
-        parts.setdefault("test", fold.test)
+        parts = split_items(fold.train, fold.test, cfg.val_size, cfg.test_size, cfg.split_seed)
         return {
             k: DecodedClips(
                 items,
@@ -175,20 +172,10 @@ class VideoDataModule(PositionDataModule):
         )
 
     def val_dataloader(self) -> DataLoader:
-        return self._loader("val")
+        return self.eval_loader(self.splits["val"], self.cfg.eval_batch_size, self.cfg.num_workers, keep_workers=True)
 
     def test_dataloader(self) -> DataLoader:
-        return self._loader("test")
-
-    def _loader(self, split: str) -> DataLoader:
-        """Validation keeps its workers between epochs; a test pass (a probe's too) lets them go when done."""
-        workers = self.cfg.num_workers
-        return DataLoader(
-            self.splits[split],
-            batch_size=self.cfg.eval_batch_size,
-            num_workers=workers,
-            persistent_workers=workers > 0 and split == "val",
-        )
+        return self.eval_loader(self.splits["test"], self.cfg.eval_batch_size, self.cfg.num_workers)
 
     def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> dict[str, Any]:
         return self.as_batch(batch, self.trainer is not None and self.trainer.training)

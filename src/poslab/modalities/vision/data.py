@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from torch.utils.data import DataLoader, Dataset, TensorDataset
 
 from poslab.data.base import PositionDataModule
-from poslab.data.held_out import held_out
+from poslab.data.held_out import held_out, split_items
 from poslab.encoders.grid import grid_coordinates
 from poslab.errors import ConfigError
 from poslab.modalities.vision.sources import SOURCES, ImageSource
@@ -181,11 +181,7 @@ class VisionDataModule(PositionDataModule):
         """A folder's files as the splits, held out as the in-memory sets are (same seed, same counts)."""
         if self.cfg.quadrant:
             raise ConfigError("data.quadrant places in-memory images on a canvas; data=imagefolder reads files")
-        n_test = self.cfg.test_size if files.test is None else 0
-        order, held = held_out(len(files.train), self.cfg.val_size, n_test, self.cfg.split_seed)
-        train = [files.train[i] for i in order.tolist()]
-        parts = {k: train[cut] for k, cut in held.items()}
-        parts.setdefault("test", files.test)
+        parts = split_items(files.train, files.test, self.cfg.val_size, self.cfg.test_size, self.cfg.split_seed)
         aug = self.cfg.augment
         return {
             k: DecodedImages(
@@ -206,20 +202,10 @@ class VisionDataModule(PositionDataModule):
         )
 
     def val_dataloader(self) -> DataLoader:
-        return self._loader("val", self.cfg.eval_batch_size)
+        return self.eval_loader(self.splits["val"], self.cfg.eval_batch_size, self.cfg.num_workers, keep_workers=True)
 
     def test_dataloader(self) -> DataLoader:
-        return self._loader("test", self.cfg.eval_batch_size)
-
-    def _loader(self, split: str, batch_size: int) -> DataLoader:
-        """Validation keeps its workers between epochs; a test pass (a probe's too) lets them go when done."""
-        workers = self.cfg.num_workers
-        return DataLoader(
-            self.splits[split],
-            batch_size=batch_size,
-            num_workers=workers,
-            persistent_workers=workers > 0 and split == "val",
-        )
+        return self.eval_loader(self.splits["test"], self.cfg.eval_batch_size, self.cfg.num_workers)
 
     def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> dict[str, Any]:
         return self.as_batch(batch, training=self.trainer is not None and self.trainer.training)

@@ -322,7 +322,10 @@ def sample_ucf101(root: Path, frames: int = 16) -> list[str]:
             name = f"{action}/v_{action}_g{group:02d}_c01.avi"
             write_video(root / UCF101_VIDEOS[1] / name, clip)
             for k in (1, 2, 3):
-                (test[k].append(name) if group == k else train[k].append(f"{name} {c}"))
+                if group == k:
+                    test[k].append(name)  # the test lists carry no label
+                else:
+                    train[k].append(f"{name} {c}")
     (lists / "classInd.txt").write_bytes("".join(f"{c} {a}\r\n" for c, a in enumerate(actions, 1)).encode())
     for k in (1, 2, 3):
         (lists / f"trainlist0{k}.txt").write_bytes("".join(f"{line}\r\n" for line in train[k]).encode())
